@@ -16,7 +16,8 @@ from mlir import ir
 from .errors import OpfuseError
 
 SPLIT_MARKER = "// -----"
-_MODULE_AT_TOP = re.compile(r"\A(\s|//[^\n]*\n)*(module\b|\"builtin.module\")")
+_MODULE_AT_TOP = re.compile(r"(module\b|\"builtin.module\")")
+_ALIAS = re.compile(r"[#!][\w.$-]+\s*=")
 
 
 def make_context() -> ir.Context:
@@ -39,7 +40,8 @@ def format_location(loc: ir.Location) -> str:
         if loc.is_a_file():
             return f"{loc.filename}:{loc.start_line}:{loc.start_col}"
         if loc.is_a_name():
-            return format_location(loc.child_loc)
+            child = format_location(loc.child_loc)
+            return f'"{loc.name_str}"' if child == "loc(unknown)" else child
         if loc.is_a_fused() and loc.locations:
             return format_location(loc.locations[0])
         if loc.is_a_callsite():
@@ -82,10 +84,7 @@ def _parse_named(text: str, ctx: ir.Context, filename: str) -> ir.Module:
     # Operation.parse keeps the source name in every location, so diagnostics say
     # input.mlir:3:7 rather than -:3:7; its ops are then moved into an ir.Module
     # (ExecutionEngine and PassManager want one).
-    if not _MODULE_AT_TOP.match(text):
-        # Like mlir-opt, accept a bare list of top-level ops; the wrapper sits on the first
-        # line so that line numbers stay those of the file.
-        text = "module {" + text + "\n}"
+    text = _wrap_in_module(text)
     op = ir.Operation.parse(text, source_name=filename, context=ctx)
     if op.name != "builtin.module":
         raise OpfuseError(f"{filename}: expected a builtin.module at the top level, got {op.name}")
@@ -97,6 +96,22 @@ def _parse_named(text: str, ctx: ir.Context, filename: str) -> ir.Module:
             child.detach_from_parent()
             ir.InsertionPoint.current.insert(child)
     return module
+
+
+def _wrap_in_module(text: str) -> str:
+    """Like mlir-opt, accept a bare list of top-level ops. The ``module {`` goes on the line
+    of the first op, after comments and attribute/type aliases, so line numbers stay those
+    of the file."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("//") or _ALIAS.match(stripped):
+            continue
+        if _MODULE_AT_TOP.match(stripped):
+            return text
+        lines[i] = "module {" + line
+        return "\n".join(lines) + "\n}"
+    return text
 
 
 def _error_lines(e: Exception) -> list[str]:

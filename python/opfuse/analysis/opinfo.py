@@ -96,9 +96,9 @@ def generalize(func_op: ir.Operation) -> tuple[list[ir.Operation | None], ir.Mod
         with ir.InsertionPoint(ops[-1]):
             func.CallOp([], "__opfuse_keep", kept)
     PassManager.parse("builtin.module(func.func(linalg-generalize-named-ops))", ctx).run(scratch.operation)
-    twins = iter(op for op in twin.regions[0].blocks[0].operations
-                 if op.name not in ("arith.constant", "func.call"))
-    aligned = [None if op.name == "arith.constant" else next(twins)
+    twins = iter(op.operation for op in twin.regions[0].blocks[0].operations
+                 if op.operation.name not in ("arith.constant", "func.call"))
+    aligned = [None if op.operation.name == "arith.constant" else next(twins)
                for op in func_op.regions[0].blocks[0].operations]
     del keep
     return aligned, scratch
@@ -118,6 +118,7 @@ def describe(op: ir.Operation, twin: ir.Operation | None) -> OpInfo:
 
 
 def _describe_generic(op: ir.Operation, g: ir.Operation) -> OpInfo:
+    g = g.opview  # linalg.GenericOp: inputs, outputs
     maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(g.attributes["indexing_maps"])]
     iters = tuple(str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(g.attributes["iterator_types"]))
     n_in = len(g.inputs)

@@ -1,0 +1,126 @@
+"""opfuse-fuse-producer-consumer: injective and broadcast ops join the kernels around them.
+
+Transposes, reshapes, slices and broadcasts only move data, so the kernel that consumes
+their result can read their input directly. Three steps, in this order:
+
+1. A producer read by several consumer groups is duplicated into each of them only when
+   the model says recomputation beats the round trip: re-reading the producer's inputs
+   once per consumer moves fewer bytes than writing its result and reading it back in
+   every consumer (``Q_dup < Q_keep``).
+2. A producer with a single consumer group is merged into it (guarded).
+3. An injective op whose only input comes from one group is merged into that group when
+   it is that group's only reader (a reshape of a kernel's result is done in the kernel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from opfuse.analysis.graph import GROUP_ATTR, FuncGraph, functions, value_bytes
+from opfuse.analysis.groups import Group, Planner
+from opfuse.analysis.opinfo import OpKind
+from opfuse.report import ledger
+from opfuse.ir import format_location
+
+from .common import FusionOptions
+
+NAME = "opfuse-fuse-producer-consumer"
+_MOVERS = frozenset({OpKind.INJECTIVE, OpKind.BROADCAST})
+
+
+@dataclass(frozen=True)
+class Options(FusionOptions):
+    """Guard thresholds, plus:
+
+    Attributes:
+        duplicate: allow duplicating a multi-consumer producer into its consumers.
+        max_duplicates: never make more copies of one producer than this.
+    """
+
+    duplicate: bool = True
+    max_duplicates: int = 8
+
+
+def run(module: ir.Module, options: Options = Options()) -> None:
+    for func_op in functions(module):
+        if options.duplicate:
+            _duplicate_producers(func_op, options)
+        planner = Planner(FuncGraph(func_op), NAME, options)
+        _merge(planner)
+        planner.write_back()
+
+
+def _is_mover(g: Group) -> bool:
+    return g.kinds <= _MOVERS
+
+
+def _duplicate_producers(func_op: ir.Operation, options: Options) -> None:
+    planner = Planner(FuncGraph(func_op), NAME, options)
+    graph = planner.graph
+    for node in list(graph.nodes):
+        p = planner.group(node.index)
+        if len(p.members) != 1 or not _is_mover(p) or len(node.results) != 1:
+            continue
+        consumers = planner.consumer_groups(p)
+        if len(consumers) < 2:
+            continue
+        v = node.results[0]
+        out_bytes = value_bytes(v)
+        in_bytes = sum(value_bytes(r) for r in node.reads)
+        q_keep = out_bytes * (1 + len(consumers))  # write once, read back by every consumer
+        q_dup = in_bytes * len(consumers) + (out_bytes if v in graph.returned else 0)
+        numbers = {"q_keep": q_keep, "q_dup": q_dup, "copies": len(consumers),
+                   "w_extra": node.info.flops * (len(consumers) - 1)}
+        ok = q_dup < q_keep and len(consumers) <= options.max_duplicates
+        reason = (f"recompute moves {q_dup} B < round trip {q_keep} B" if ok else
+                  f"too many consumers ({len(consumers)} > max-duplicates {options.max_duplicates})"
+                  if q_dup < q_keep else f"recompute moves {q_dup} B >= round trip {q_keep} B")
+        for c in consumers:
+            first = graph.nodes[min(r for r in graph.readers(v) if planner.group(r) is c)]
+            ledger.record(ledger.Decision(NAME, node.label, first.label,
+                                          format_location(first.op.location), ok, reason,
+                                          action="duplicate", numbers=numbers))
+        if ok:
+            _clone_into_consumers(node.op, v, consumers, planner)
+
+
+def _clone_into_consumers(op: ir.Operation, v: ir.Value, consumers: list[Group],
+                          planner: Planner) -> None:
+    graph = planner.graph
+    for c in consumers:
+        readers = sorted(r for r in graph.readers(v) if planner.group(r) is c)
+        first = graph.nodes[readers[0]].op
+        with ir.InsertionPoint(first):
+            clone = op.clone()
+        if GROUP_ATTR in first.attributes:
+            clone.attributes[GROUP_ATTR] = first.attributes[GROUP_ATTR]
+        for r in readers:
+            graph.nodes[r].op.replace_uses_of_with(v, clone.results[0])
+    if v not in graph.returned:
+        op.erase()
+
+
+def _merge(planner: Planner) -> None:
+    considered: set[tuple[int, int]] = set()
+    for node in planner.graph.nodes:
+        p = planner.group(node.index)
+        if not _is_mover(p):
+            continue
+        consumers = planner.consumer_groups(p)
+        if len(consumers) == 1 and consumers[0].kind != "opaque":
+            c = consumers[0]
+            if (p.gid, c.gid) not in considered:
+                considered.add((p.gid, c.gid))
+                planner.try_merge(p, c, why="merge into consumer")
+            continue
+        if consumers or node.kind != OpKind.INJECTIVE:
+            continue
+        # an injective op at the end of the graph: fold it into its only producer group
+        producers = planner.producer_groups(p)
+        if len(producers) == 1 and producers[0].kind != "opaque":
+            q = producers[0]
+            if planner.consumer_groups(q) == [p] and (q.gid, p.gid) not in considered:
+                considered.add((q.gid, p.gid))
+                planner.try_merge(q, p, why="merge into producer")

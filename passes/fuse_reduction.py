@@ -1,0 +1,85 @@
+"""opfuse-fuse-reduction: reductions absorb the loop groups around them ("input" fusion).
+
+Producers: a loop group over the reduction's iteration space is computed while reducing
+(reduce while computing), so its result never reaches memory.
+Consumers: when the reduction runs over the trailing dims (a row reduction), one kernel
+holds whole rows, so loop groups over the row domain (x - mean(x) broadcast back over the
+row) or over the reduced domain (mean = sum / n) can run in the same kernel, and so can a
+second reduction over the same rows. Softmax, layernorm and x - mean(x) each become one
+group. Column reductions take producers only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from opfuse.analysis.groups import Group, Planner
+from opfuse.analysis.opinfo import OpKind
+
+from .common import FusionOptions, plan_each_function, shape_str
+
+NAME = "opfuse-fuse-reduction"
+
+
+@dataclass(frozen=True)
+class Options(FusionOptions):
+    """Guard thresholds, plus:
+
+    Attributes:
+        fuse_consumers: also fuse loop groups and reductions after a row reduction.
+    """
+
+    fuse_consumers: bool = True
+
+
+def run(module: ir.Module, options: Options = Options()) -> None:
+    plan_each_function(module, NAME, options, lambda planner: _plan(planner, options))
+
+
+def _has_reduction(g: Group) -> bool:
+    return OpKind.REDUCTION in g.kinds
+
+
+def _compatible(p: Group, c: Group, options: Options) -> str | None:
+    """None when p may join c; otherwise why not."""
+    if c.kind in ("output", "opaque") or p.kind in ("output", "opaque"):
+        return f"a {p.kind if p.kind in ('output', 'opaque') else c.kind} group is not fused here"
+    if _has_reduction(c) and not _has_reduction(p):
+        if p.domain == c.domain:
+            return None
+        return f"producer iterates over {shape_str(p.domain)}, the reduction over {shape_str(c.domain)}"
+    # p holds a reduction: c reads its result, so c must fit in p's row kernel
+    if not options.fuse_consumers:
+        return "consumer fusion is off (fuse-consumers=0)"
+    if p.row_domain is None:
+        return "not a row reduction: its consumers need the whole reduction first"
+    if _has_reduction(c):
+        if c.domain == p.domain:
+            return None
+        return f"reductions over different domains: {shape_str(p.domain)} vs {shape_str(c.domain)}"
+    if c.domain in (p.domain, p.row_domain):
+        return None
+    return (f"consumer iterates over {shape_str(c.domain)}, not over the rows "
+            f"{shape_str(p.domain)} or their results {shape_str(p.row_domain)}")
+
+
+def _plan(planner: Planner, options: Options) -> None:
+    considered: set[tuple[int, int]] = set()
+    for node in planner.graph.nodes:
+        for v in node.reads:
+            p_index = planner.graph.producer.get(v)
+            if p_index is None:
+                continue
+            p, c = planner.group(p_index), planner.group(node.index)
+            if p is c or not (_has_reduction(p) or _has_reduction(c)):
+                continue
+            if (p.gid, c.gid) in considered:
+                continue
+            considered.add((p.gid, c.gid))
+            why_not = _compatible(p, c, options)
+            if why_not is not None:
+                planner.refuse(p, c, why_not)
+                continue
+            planner.try_merge(p, c, why="into reduction" if _has_reduction(c) else "after reduction")

@@ -1,0 +1,140 @@
+"""The op graph of a function: nodes (ops that could be kernels), their data edges, and the
+fusion groups already recorded in the IR (``opfuse.group`` / ``opfuse.kind`` attributes).
+
+Free ops (constants, ``tensor.empty``, ``linalg.fill``) are not nodes: they are
+materialized inside whichever kernel uses them, in the fused and the unfused program alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlir import ir
+
+from ..ir import format_location
+from .opinfo import OpInfo, OpKind, describe, generalize, tensor_bytes
+
+GROUP_ATTR = "opfuse.group"
+KIND_ATTR = "opfuse.kind"
+
+
+@dataclass(eq=False)
+class Node:
+    """One top-level op that runs as (part of) a kernel."""
+
+    op: ir.Operation
+    index: int  # position among the function's nodes; edges always go forward
+    info: OpInfo
+    reads: list[ir.Value]  # tensors this op reads from device memory
+    results: list[ir.Value]
+    group: int | None = None  # opfuse.group from the IR, if any
+    users: list[int] = field(default_factory=list)  # indices of consumer nodes (deduplicated)
+
+    @property
+    def kind(self) -> OpKind:
+        return self.info.kind
+
+    @property
+    def label(self) -> str:
+        return op_label(self.op)
+
+
+class FuncGraph:
+    """Nodes of one ``func.func`` in block order, with producer/user edges."""
+
+    def __init__(self, func_op: ir.Operation):
+        self.func = func_op
+        self.nodes: list[Node] = []
+        self.producer: dict[ir.Value, int] = {}  # value -> node index
+        self.returned: set[ir.Value] = set()
+        block = func_op.regions[0].blocks[0]
+        ops = [op.operation for op in block.operations]
+        twins, self._scratch = generalize(func_op)
+        free_values: set[ir.Value] = set()
+        for op, twin in zip(ops, twins):
+            if op.name == "func.return":
+                self.returned.update(op.operands)
+                continue
+            info = describe(op, twin)
+            if info.kind == OpKind.FREE and not _holds_data(op):
+                free_values.update(op.results)
+                continue
+            if info.kind == OpKind.FREE:  # a dense constant: memory, not a kernel
+                continue
+            reads = _memory_reads(op, info, free_values)
+            node = Node(op, len(self.nodes), info, reads, list(op.results), _group_of(op))
+            for v in node.results:
+                self.producer[v] = node.index
+            self.nodes.append(node)
+        self._readers: dict[ir.Value, list[int]] = {}
+        for node in self.nodes:
+            seen: set[int] = set()
+            for v in node.reads:
+                readers = self._readers.setdefault(v, [])
+                if not readers or readers[-1] != node.index:
+                    readers.append(node.index)
+                p = self.producer.get(v)
+                if p is not None and p not in seen:
+                    seen.add(p)
+                    self.nodes[p].users.append(node.index)
+
+    def readers(self, v: ir.Value) -> list[int]:
+        """Indices of the nodes that read ``v``."""
+        return self._readers.get(v, [])
+
+
+def _holds_data(op: ir.Operation) -> bool:
+    """A tensor constant that is not a splat lives in memory and is read like an input."""
+    if op.name != "arith.constant" or not isinstance(op.results[0].type, ir.ShapedType):
+        return False
+    attr = op.attributes["value"]
+    return isinstance(attr, ir.DenseElementsAttr) and not attr.is_splat
+
+
+def _memory_reads(op: ir.Operation, info: OpInfo, free_values: set[ir.Value]) -> list[ir.Value]:
+    """Tensor operands read from memory: ins always, outs only when the payload reads them
+    (an accumulator that is not a fill), never values of free ops."""
+    if info.payload is None:  # reshape, slice, opaque: every tensor operand is read
+        return [v for v in op.operands if isinstance(v.type, ir.ShapedType) and v not in free_values]
+    n_in = info.payload.n_inputs
+    operands = list(op.operands)
+    reads = [v for v in operands[:n_in] if isinstance(v.type, ir.ShapedType) and v not in free_values]
+    for v, used in zip(operands[n_in:], info.payload.used_outputs):
+        if used and v not in free_values:
+            reads.append(v)
+    return reads
+
+
+def _group_of(op: ir.Operation) -> int | None:
+    if GROUP_ATTR in op.attributes:
+        return ir.IntegerAttr(op.attributes[GROUP_ATTR]).value
+    return None
+
+
+def op_label(op: ir.Operation) -> str:
+    """A short, stable name for an op in ledgers and remarks: its NameLoc if it has one,
+    otherwise ``op.name@file:line:col``."""
+    loc = op.location
+    try:
+        if loc.is_a_name():
+            return loc.name_str
+    except Exception:
+        pass
+    return f"{op.name}@{format_location(loc)}"
+
+
+def value_bytes(v: ir.Value) -> int:
+    return tensor_bytes(v.type)
+
+
+def functions(module: ir.Module) -> list[ir.Operation]:
+    """The functions with bodies that fusion works on (not declarations, not outlined kernels)."""
+    out = []
+    for op in module.body.operations:
+        op = op.operation
+        if op.name != "func.func" or not op.regions[0].blocks:
+            continue
+        if "opfuse.kernel" in op.attributes:
+            continue
+        out.append(op)
+    return out

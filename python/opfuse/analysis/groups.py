@@ -1,0 +1,352 @@
+"""Fusion groups of one function: union-find over graph nodes with incrementally kept costs.
+
+Passes build a :class:`Planner` from the IR (groups already recorded by earlier passes are
+read back from ``opfuse.group``), propose merges, and write the groups back. Merging asks
+the cost guard; each candidate leaves a ledger entry. Costs are updated incrementally
+(work proportional to the smaller side), so planning stays near-linear in graph size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlir import ir
+
+from .. import cost
+from ..report import ledger
+from ..ir import format_location
+from .graph import GROUP_ATTR, KIND_ATTR, FuncGraph, Node, value_bytes
+from .opinfo import LOOP_KINDS, OpKind, element_bytes
+
+
+@dataclass(eq=False)
+class Group:
+    """A set of nodes that will become one kernel."""
+
+    gid: int  # the representative node index
+    members: list[int]
+    reads: dict[ir.Value, int]  # external tensors read -> bytes
+    outputs: dict[ir.Value, int]  # tensors written for users outside the group -> bytes
+    flops: int
+    peak: int  # largest payload temporaries of any member
+    elem_bytes: int
+    kinds: set[OpKind] = field(default_factory=set)
+    first: int = 0
+    last: int = 0
+    domain: tuple[int, ...] = ()  # loop domain, or the row domain of its reductions
+    row_domain: tuple[int, ...] | None = None  # reduced domain of row reductions
+
+    @property
+    def q(self) -> int:
+        return sum(self.reads.values()) + sum(self.outputs.values())
+
+    @property
+    def kind(self) -> str:
+        """``output`` (has a contraction), ``input`` (a reduction), ``loop`` or ``opaque``."""
+        if OpKind.OPAQUE in self.kinds:
+            return "opaque"
+        if OpKind.CONTRACTION in self.kinds:
+            return "output"
+        if OpKind.REDUCTION in self.kinds:
+            return "input"
+        return "loop"
+
+    @property
+    def is_loop(self) -> bool:
+        return self.kinds <= LOOP_KINDS
+
+    def registers(self) -> int:
+        n_ptr = len(self.reads) + len(self.outputs)
+        live = len(self.reads) + self.peak + len(self.outputs)
+        return cost.estimate_registers(self.kind, n_ptr, live, self.elem_bytes)
+
+
+class Planner:
+    """Groups of one function and the merge operation every fusion pass uses."""
+
+    def __init__(self, graph: FuncGraph, pass_name: str, options: cost.GuardOptions):
+        self.graph = graph
+        self.pass_name = pass_name
+        self.options = options
+        self.target = cost.get_target(options.target)
+        self._parent = list(range(len(graph.nodes)))
+        self._groups: dict[int, Group] = {n.index: self._singleton(n) for n in graph.nodes}
+        by_attr: dict[int, int] = {}
+        for node in graph.nodes:  # groups recorded by earlier passes
+            if node.group is None:
+                continue
+            first = by_attr.setdefault(node.group, node.index)
+            if first != node.index:
+                self._union(self.group(first), self.group(node.index))
+
+    # ----- queries -----------------------------------------------------------------------
+    def find(self, i: int) -> int:
+        root = i
+        while self._parent[root] != root:
+            root = self._parent[root]
+        while self._parent[i] != root:
+            self._parent[i], i = root, self._parent[i]
+        return root
+
+    def group(self, node_index: int) -> Group:
+        return self._groups[self.find(node_index)]
+
+    def groups(self) -> list[Group]:
+        """Groups in order of their first member."""
+        return sorted(self._groups.values(), key=lambda g: g.first)
+
+    def producer_groups(self, g: Group) -> list[Group]:
+        """Groups that produce a value ``g`` reads, in block order."""
+        seen, out = set(), []
+        for v in g.reads:
+            p = self.graph.producer.get(v)
+            if p is not None:
+                pg = self.group(p)
+                if pg.gid not in seen:
+                    seen.add(pg.gid)
+                    out.append(pg)
+        return sorted(out, key=lambda x: x.first)
+
+    def consumer_groups(self, g: Group) -> list[Group]:
+        seen, out = set(), []
+        for v in g.outputs:
+            for r in self.graph.readers(v):
+                cg = self.group(r)
+                if cg is not g and cg.gid not in seen:
+                    seen.add(cg.gid)
+                    out.append(cg)
+        return sorted(out, key=lambda x: x.first)
+
+    # ----- the merge ---------------------------------------------------------------------
+    def fused_q(self, p: Group, c: Group) -> tuple[int, int]:
+        """(Q of the union, bytes of the intermediates it keeps on chip)."""
+        saved_reads = saved_writes = 0
+        for v, b in p.outputs.items():
+            if v in c.reads:
+                saved_reads += b
+                if self._only_read_by(v, p, c):
+                    saved_writes += b
+        small, big = (p.reads, c.reads) if len(p.reads) <= len(c.reads) else (c.reads, p.reads)
+        dedup = sum(b for v, b in small.items() if v in big)
+        return p.q + c.q - saved_reads - saved_writes - dedup, saved_reads + saved_writes
+
+    def evaluate(self, p: Group, c: Group) -> cost.Verdict:
+        """Ask the guard about merging producer group ``p`` into consumer group ``c``."""
+        q_fused, q_inter = self.fused_q(p, c)
+        merged = self._preview(p, c, q_fused)
+        verdict = cost.guard(merged.registers(), p.q + c.q, q_fused, self.options)
+        flops = p.flops + c.flops
+        verdict.numbers.update(
+            w_fused=flops,
+            ai_fused=round(cost.arithmetic_intensity(flops, q_fused), 3),
+            t_saved_s=cost.t_saved(2, q_inter, self.target),
+        )
+        return verdict
+
+    def try_merge(self, p: Group, c: Group, *, why: str = "") -> bool:
+        """Merge ``p`` into ``c`` if that keeps the graph acyclic and the guard agrees.
+        Records a ledger entry either way."""
+        via = self.cycle_via(p, c)
+        if via is not None:
+            self.refuse(p, c, f"would create a cycle through {via}")
+            return False
+        verdict = self.evaluate(p, c)
+        self._record(p, c, verdict.fuse, verdict.reason, verdict.numbers, verdict.would_fuse_with, why)
+        if verdict.fuse:
+            self._union(p, c)
+        return verdict.fuse
+
+    def refuse(self, p: Group, c: Group, reason: str) -> None:
+        """Record a structural refusal (no guard numbers apply)."""
+        self._record(p, c, False, reason, {}, None, "")
+
+    def cycle_via(self, p: Group, c: Group) -> str | None:
+        """A node outside p and c on a path p -> ... -> c, or None. Nodes after c's last
+        member cannot reach c (edges go forward), which bounds the search."""
+        stack = [r for v in p.outputs for r in self.graph.readers(v)]
+        seen: set[int] = set()
+        while stack:
+            n = stack.pop()
+            g = self.group(n)
+            if g is p or g.gid in seen or g.first > c.last:
+                continue
+            if g is c:
+                continue
+            seen.add(g.gid)
+            for v in g.outputs:
+                for r in self.graph.readers(v):
+                    if self.group(r) is c:
+                        return self.graph.nodes[g.first].label
+                    stack.append(r)
+        return None
+
+    # ----- write back ------------------------------------------------------------------
+    def write_back(self) -> None:
+        """Record every multi-op group in the IR; singletons carry no attributes."""
+        ctx = self.graph.func.context
+        i64 = ir.IntegerType.get_signless(64, ctx)
+        gid = 0
+        for g in self.groups():
+            members = sorted(g.members)
+            for m in members:
+                attrs = self.graph.nodes[m].op.attributes
+                for name in (GROUP_ATTR, KIND_ATTR):
+                    if name in attrs:
+                        del attrs[name]
+            if len(members) < 2:
+                continue
+            for m in members:
+                self.graph.nodes[m].op.attributes[GROUP_ATTR] = ir.IntegerAttr.get(i64, gid)
+            root = self.graph.nodes[root_of(self.graph, g)].op
+            root.attributes[KIND_ATTR] = ir.StringAttr.get(g.kind, ctx)
+            gid += 1
+
+    # ----- internals -------------------------------------------------------------------
+    def _singleton(self, node: Node) -> Group:
+        reads: dict[ir.Value, int] = {}
+        for v in node.reads:
+            reads[v] = value_bytes(v)
+        outputs = {v: value_bytes(v) for v in node.results if self._escapes(v, {node.index})}
+        info = node.info
+        peak = _payload_peak(node)
+        eb = max([element_bytes(v.type) for v in node.results] or [4])
+        g = Group(node.index, [node.index], reads, outputs, info.flops, peak, eb, {info.kind},
+                  node.index, node.index, self._domain(node), self._row_domain(node))
+        return g
+
+    def _domain(self, node: Node) -> tuple[int, ...]:
+        if node.kind in (OpKind.REDUCTION, OpKind.CONTRACTION):
+            return tuple(node.info.domain)
+        return tuple(_shape(node.results[0].type)) if node.results else ()
+
+    def _row_domain(self, node: Node) -> tuple[int, ...] | None:
+        """For a reduction over trailing dims, the kept (row) dims; else None."""
+        if node.kind != OpKind.REDUCTION:
+            return None
+        its = node.info.iterators
+        n_par = its.count("parallel")
+        if any(i != "parallel" for i in its[:n_par]):
+            return None
+        return tuple(node.info.domain[:n_par])
+
+    def _escapes(self, v: ir.Value, members: set[int] | None, group: Group | None = None) -> bool:
+        if v in self.graph.returned:
+            return True
+        for r in self.graph.readers(v):
+            if members is not None and r in members:
+                continue
+            if group is not None and self.group(r) is group:
+                continue
+            return True
+        return False
+
+    def _only_read_by(self, v: ir.Value, p: Group, c: Group) -> bool:
+        if v in self.graph.returned:
+            return False
+        return all(self.group(r) in (p, c) for r in self.graph.readers(v))
+
+    def _preview(self, p: Group, c: Group, q_fused: int) -> Group:
+        reads = {**c.reads, **{v: b for v, b in p.reads.items()}}
+        for v in p.outputs:
+            reads.pop(v, None)
+        outputs = dict(c.outputs)
+        for v, b in p.outputs.items():
+            if not self._only_read_by(v, p, c):
+                outputs[v] = b
+        # While c's part runs, the k values it takes from p are live instead of loaded.
+        k = sum(1 for v in p.outputs if v in c.reads)
+        return Group(c.gid, [], reads, outputs, p.flops + c.flops, max(p.peak, c.peak + k),
+                     max(p.elem_bytes, c.elem_bytes), p.kinds | c.kinds)
+
+    def _union(self, p: Group, c: Group) -> Group:
+        if p is c:
+            return c
+        merged = self._preview(p, c, 0)
+        big, small = (p, c) if len(p.members) >= len(c.members) else (c, p)
+        big.members.extend(small.members)
+        big.reads, big.outputs = merged.reads, merged.outputs
+        big.flops, big.peak, big.elem_bytes = merged.flops, merged.peak, merged.elem_bytes
+        big.kinds = merged.kinds
+        big.first, big.last = min(p.first, c.first), max(p.last, c.last)
+        big.domain, big.row_domain = _merged_domain(p, c)
+        self._parent[small.gid] = big.gid
+        del self._groups[small.gid]
+        return big
+
+    def _record(self, p: Group, c: Group, fused: bool, reason: str, numbers: dict,
+                would: str | None, why: str) -> None:
+        prod = self.graph.nodes[p.last].label
+        cons_node = self._consumer_node(p, c)
+        ledger.record(ledger.Decision(
+            pass_name=self.pass_name,
+            producer=prod,
+            consumer=cons_node.label,
+            location=format_location(cons_node.op.location),
+            fused=fused,
+            reason=reason,
+            action=why or "merge",
+            numbers=numbers,
+            would_fuse_with=would,
+        ))
+
+    def _consumer_node(self, p: Group, c: Group) -> Node:
+        """The first node of c that reads a value of p (the natural place for a remark)."""
+        best = None
+        for v in p.outputs:
+            for r in self.graph.readers(v):
+                if self.group(r) is c and (best is None or r < best):
+                    best = r
+        return self.graph.nodes[best if best is not None else c.first]
+
+
+def _merged_domain(p: Group, c: Group) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """A group iterates over the domain of its contraction, else of its reductions, else of
+    its consumer side (an injective producer adapts to the consumer's domain)."""
+    for kind in (OpKind.CONTRACTION, OpKind.REDUCTION):
+        for side in (c, p):
+            if kind in side.kinds:
+                return side.domain, side.row_domain if side.row_domain is not None else (p.row_domain or c.row_domain)
+    return c.domain, None
+
+
+def root_of(graph: FuncGraph, g: Group) -> int:
+    """The node that carries ``opfuse.kind``: the contraction of an output group, the last
+    reduction of an input group, the last member otherwise."""
+    want = {"output": OpKind.CONTRACTION, "input": OpKind.REDUCTION}.get(g.kind)
+    members = sorted(g.members)
+    if want is not None:
+        for m in reversed(members):
+            if graph.nodes[m].kind == want:
+                return m
+    return members[-1]
+
+
+def _payload_peak(node: Node) -> int:
+    """Peak number of payload temporaries live at once (loads are counted by the group)."""
+    p = node.info.payload
+    if p is None:
+        return 1
+    last_use: dict[int, int] = {}
+    base = p.n_inputs + p.n_outputs
+    for pos, (_, operands, _) in enumerate(p.ops):
+        for o in operands:
+            last_use[o] = pos
+    for o in p.yields:
+        last_use[o] = len(p.ops)
+    live = peak = 0
+    next_id = base
+    for pos, (_, operands, n_res) in enumerate(p.ops):
+        live += n_res
+        peak = max(peak, live)
+        for o in set(operands):
+            if o >= base and last_use.get(o) == pos:
+                live -= 1
+        for k in range(n_res):
+            if next_id + k not in last_use:
+                live -= 1
+        next_id += n_res
+    return max(1, peak)
+
+
+def _shape(t: ir.Type) -> list[int]:
+    return list(t.shape) if isinstance(t, ir.ShapedType) and t.has_rank else []
