@@ -82,4 +82,11 @@ def _plan(planner: Planner, options: Options) -> None:
             if why_not is not None:
                 planner.refuse(p, c, why_not)
                 continue
+            if _has_reduction(p) and not _has_reduction(c) and c.domain == p.row_domain:
+                # glue over the reduced domain (mean = sum / n): judged together with the
+                # row-domain consumers it feeds, which is what fusing it enables
+                chain = [c] + [d for d in planner.consumer_groups(c)
+                               if d.is_loop and d.domain in (p.domain, p.row_domain)]
+                planner.try_merge_chain(p, chain, why="after reduction")
+                continue
             planner.try_merge(p, c, why="into reduction" if _has_reduction(c) else "after reduction")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from mlir import ir
 
+from ..errors import OpfuseError
 from ..ir import format_location
 from .opinfo import OpInfo, OpKind, describe, generalize, tensor_bytes
 
@@ -48,6 +49,7 @@ class FuncGraph:
         self.producer: dict[ir.Value, int] = {}  # value -> node index
         self.returned: set[ir.Value] = set()
         block = func_op.regions[0].blocks[0]
+        _check_static(func_op)
         ops = [op.operation for op in block.operations]
         twins, self._scratch = generalize(func_op)
         free_values: set[ir.Value] = set()
@@ -81,6 +83,28 @@ class FuncGraph:
     def readers(self, v: ir.Value) -> list[int]:
         """Indices of the nodes that read ``v``."""
         return self._readers.get(v, [])
+
+
+def _check_static(func_op: ir.Operation) -> None:
+    """Static shapes only, for now: anything else is a clear error at its location."""
+    def bad(v: ir.Value) -> bool:
+        t = v.type
+        return isinstance(t, ir.ShapedType) and not (t.has_rank and t.has_static_shape)
+
+    name = func_op.attributes["sym_name"].value
+    for arg in func_op.regions[0].blocks[0].arguments:
+        if bad(arg):
+            raise OpfuseError(
+                f"@{name}: dynamic shapes are not supported yet (argument {arg.arg_number}: {arg.type})",
+                diagnostics=[f"{format_location(func_op.location)}: error: dynamic shapes are not "
+                             f"supported yet: argument {arg.arg_number} of @{name} has type {arg.type}"])
+    for op in func_op.regions[0].blocks[0].operations:
+        for r in op.results:
+            if bad(r):
+                raise OpfuseError(
+                    f"@{name}: dynamic shapes are not supported yet ({r.type})",
+                    diagnostics=[f"{format_location(op.location)}: error: dynamic shapes are not "
+                                 f"supported yet: '{op.operation.name}' produces {r.type}"])
 
 
 def _holds_data(op: ir.Operation) -> bool:

@@ -156,6 +156,48 @@ class Planner:
             self._union(p, c)
         return verdict.fuse
 
+    def try_merge_chain(self, p: Group, chain: list[Group], *, why: str = "") -> bool:
+        """Merge ``p`` with every group of ``chain`` (each a consumer of the ones before), as
+        one candidate: the guard sees the total saving. This is how a small glue op between
+        two big ones (mean = sum / n between a reduction and x - mean) is judged by what
+        fusing it enables, not by its own few bytes. Rolled back if any step would make a
+        cycle or the guard refuses; one ledger entry either way."""
+        c = chain[0]
+        consumer, producer = self._consumer_node(p, c), self.graph.nodes[p.last].label
+        q_unfused = p.q + sum(g.q for g in chain)
+        saved = self._snapshot([p, *chain])
+        merged = p
+        for g in chain:
+            via = self.cycle_via(merged, g)
+            if via is not None:
+                self._restore(saved)
+                self.refuse(p, c, f"would create a cycle through {via}")
+                return False
+            merged = self._union(merged, g)
+        verdict = cost.guard(merged.registers(), q_unfused, merged.q, self.options)
+        verdict.numbers.update(w_fused=merged.flops, kernels=len(chain) + 1,
+                               t_saved_s=cost.t_saved(len(chain) + 1, q_unfused - merged.q, self.target))
+        if not verdict.fuse:
+            self._restore(saved)
+        names = ", ".join(self.graph.nodes[g.last].label for g in chain[1:])
+        reason = verdict.reason + (f" (together with {names})" if names else "")
+        self._record(p, c, verdict.fuse, reason, verdict.numbers, verdict.would_fuse_with, why,
+                     consumer=consumer, producer=producer)
+        return verdict.fuse
+
+    def _snapshot(self, groups: list[Group]) -> list[Group]:
+        return [Group(g.gid, list(g.members), dict(g.reads), dict(g.outputs), g.flops, g.peak,
+                      g.elem_bytes, set(g.kinds), g.first, g.last, g.domain, g.row_domain)
+                for g in groups]
+
+    def _restore(self, saved: list[Group]) -> None:
+        for g in saved:
+            self._groups.pop(self.find(g.gid), None)
+        for g in saved:
+            self._groups[g.gid] = g
+            for m in g.members:
+                self._parent[m] = g.gid
+
     def refuse(self, p: Group, c: Group, reason: str) -> None:
         """Record a structural refusal (no guard numbers apply)."""
         self._record(p, c, False, reason, {}, None, "")
@@ -274,9 +316,10 @@ class Planner:
         return big
 
     def _record(self, p: Group, c: Group, fused: bool, reason: str, numbers: dict,
-                would: str | None, why: str) -> None:
-        prod = self.graph.nodes[p.last].label
-        cons_node = self._consumer_node(p, c)
+                would: str | None, why: str, consumer: Node | None = None,
+                producer: str | None = None) -> None:
+        prod = producer or self.graph.nodes[p.last].label
+        cons_node = consumer or self._consumer_node(p, c)
         ledger.record(ledger.Decision(
             pass_name=self.pass_name,
             producer=prod,

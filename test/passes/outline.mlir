@@ -1,0 +1,45 @@
+// RUN: fuse-opt %s --split-input-file --opfuse-outline | filecheck %s
+// RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-outline | filecheck %s --check-prefix=FUSED
+
+// Unfused: every op becomes a kernel of its own; the host keeps only calls, and free ops
+// (tensor.empty, fills, constants) are cloned into the kernels that use them.
+// CHECK-LABEL: func.func private @fusion_0_loop(%{{.*}}: tensor<8x16xf32>) -> tensor<8x16xf32>
+// CHECK-SAME: opfuse.bytes_read = 512 : i64, opfuse.bytes_written = 512 : i64, opfuse.flops = 128 : i64, opfuse.kernel, opfuse.kind = "loop", opfuse.ops = 1 : i64
+// CHECK: tensor.empty
+// CHECK: linalg.exp
+// CHECK: func.func private @fusion_1_loop
+// CHECK: linalg.add
+// CHECK: func.func private @fusion_2_input
+// CHECK: arith.constant
+// CHECK: linalg.fill
+// CHECK: linalg.reduce
+// CHECK-LABEL: func.func @two_outputs
+// CHECK-NEXT: %[[E:.*]] = call @fusion_0_loop(%arg0)
+// CHECK-NEXT: %[[A:.*]] = call @fusion_1_loop(%[[E]], %arg0)
+// CHECK-NEXT: %[[R:.*]] = call @fusion_2_input(%[[E]])
+// CHECK-NEXT: return %[[A]], %[[R]]
+
+// Fused: exp and add are one kernel with two results (exp's value is also reduced).
+// FUSED-LABEL: func.func private @fusion_0_loop(%{{.*}}: tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>)
+// FUSED-SAME: opfuse.ops = 2
+// FUSED: linalg.exp
+// FUSED: linalg.add
+// FUSED: func.func private @fusion_1_input
+// FUSED-LABEL: func.func @two_outputs
+// FUSED-NEXT: %[[K:.*]]:2 = call @fusion_0_loop(%arg0)
+// FUSED-NEXT: %[[R:.*]] = call @fusion_1_input(%[[K]]#0)
+// FUSED-NEXT: return %[[K]]#1, %[[R]]
+func.func @two_outputs(%x: tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<8xf32>) {
+  %e = tensor.empty() : tensor<8x16xf32>
+  %a = linalg.exp ins(%x : tensor<8x16xf32>) outs(%e : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %b = linalg.add ins(%a, %x : tensor<8x16xf32>, tensor<8x16xf32>) outs(%e : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %z = arith.constant 0.0 : f32
+  %er = tensor.empty() : tensor<8xf32>
+  %f = linalg.fill ins(%z : f32) outs(%er : tensor<8xf32>) -> tensor<8xf32>
+  %s = linalg.reduce ins(%a : tensor<8x16xf32>) outs(%f : tensor<8xf32>) dimensions = [1]
+    (%in: f32, %acc: f32) {
+      %r = arith.addf %in, %acc : f32
+      linalg.yield %r : f32
+    }
+  return %b, %s : tensor<8x16xf32>, tensor<8xf32>
+}
