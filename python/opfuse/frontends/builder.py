@@ -1,0 +1,1104 @@
+"""A small Python graph builder that writes linalg-on-tensors MLIR and evaluates it in numpy.
+
+A :class:`Graph` records operators on :class:`Tensor` handles; :meth:`Graph.to_mlir` prints
+one ``func.func`` in the form the fusion passes expect, and :meth:`Graph.reference`
+evaluates the same graph with numpy, independently of the MLIR.
+
+IR conventions (the fusion passes rely on them):
+
+* One ``func.func @<name>``: inputs are arguments in :meth:`Graph.input` order, outputs are
+  results in :meth:`Graph.output` order. Static shapes only. Every top-level op carries a
+  ``NameLoc`` (``loc("gelu.tanh")``, ``loc("add_2")``); ``tensor.empty``/``linalg.fill``/
+  ``arith.constant`` created for an op carry that op's name.
+* An elementwise op is one ``linalg.generic``, all iterators ``"parallel"``, identity output
+  map, ``tensor.empty`` destination. Broadcasting lives in the *input* maps: a missing
+  leading dim is dropped (``(d0, d1) -> (d1)``), a size-1 dim reads index 0
+  (``(d0, d1) -> (d0, 0)``). Python scalars are ``arith.constant`` ops inside the body.
+* A reduction is one ``linalg.generic`` with ``"reduction"`` iterators on the reduced dims,
+  the output map drops them, the init is ``linalg.fill`` of 0 (sum) or -inf (max, written
+  as the hex bit pattern, e.g. ``0xFF800000 : f32``). Reductions accumulate in the tensor's
+  own dtype. ``keepdims=True`` is lazy: the handle keeps the reduced value and its logical
+  shape with 1s; an elementwise consumer drops those axes from its input map
+  (``(d0, d1) -> (d0)``). Only an output or a non-elementwise consumer materializes the
+  1s with ``tensor.expand_shape``. ``mean`` is ``sum`` then an elementwise multiply by 1/N.
+* f16/bf16: transcendental ops (exp, log, tanh, erf, sqrt, rsqrt, pow, sigmoid) are
+  computed in f32 inside the body (``arith.extf`` -> math op -> ``arith.truncf``);
+  arithmetic (add, mul, ...) and reductions stay in the tensor's dtype.
+* ``matmul``: ``linalg.matmul`` (2-D) or ``linalg.batch_matmul`` (3-D; 4-D collapses the two
+  batch dims with ``tensor.collapse_shape`` and expands the result back) on a
+  ``linalg.fill`` 0 init. ``transpose``: ``linalg.transpose``. ``broadcast_to``:
+  ``linalg.broadcast`` when it only adds leading dims, else a copy ``linalg.generic`` with a
+  broadcasting input map. ``reshape``: ``tensor.collapse_shape``/``tensor.expand_shape``
+  when it is a pure collapse or expand, else ``tensor.reshape`` with an i64 shape constant.
+* Composite ops (gelu, silu, softmax, layernorm, rms_norm, mean) are chains of the ops
+  above, one generic per step, named ``<scope>.<op>`` (``gelu.tanh``): fusing these chains
+  is opfuse's job, so the builder never pre-fuses them.
+
+Reference semantics: every op is computed in float64 and its result rounded to the graph
+dtype (float32; float16; bf16 emulated as round-to-nearest-even float32 values, returned as
+``np.float32``), i.e. every intermediate tensor has the storage precision the IR gives it.
+Reductions are exact-then-rounded, so f16/bf16 results differ from the IR's in-dtype
+accumulation by normal rounding error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import OpfuseError
+
+Shape = tuple[int, ...]
+Scalar = float | int
+
+DTYPES = ("f32", "f16", "bf16")
+# -inf as the bit pattern of each type: a decimal literal cannot spell it.
+_NEG_INF = {"f32": "0xFF800000", "f16": "0xFC00", "bf16": "0xFF80"}
+# Names double as SSA names (%x) and locations: MLIR suffix-id characters only.
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.$-]*\Z")
+
+_UNARY_MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt")
+_BINARY_ARITH = {
+    "add": "arith.addf",
+    "sub": "arith.subf",
+    "mul": "arith.mulf",
+    "div": "arith.divf",
+    "maximum": "arith.maximumf",
+    "minimum": "arith.minimumf",
+}
+_REDUCE = {"sum": ("arith.addf", 0.0), "max": ("arith.maximumf", -math.inf)}
+
+
+def _np_erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+# The reference implementation of every elementwise function, on float64 arrays.
+_NUMPY: dict[str, Callable[..., np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "erf": _np_erf,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "relu": lambda x: np.maximum(x, 0.0),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "copy": lambda x: x,
+}
+
+
+def round_to_dtype(a: np.ndarray | float, dtype: str) -> np.ndarray:
+    """Round values to ``dtype`` (``f32``, ``f16``, ``bf16``); returned as float64.
+
+    bf16 is emulated: the float32 bits rounded to nearest even on the upper 16 bits.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    if dtype == "f32":
+        return a.astype(np.float32).astype(np.float64)
+    if dtype == "f16":
+        return a.astype(np.float16).astype(np.float64)
+    bits = np.ascontiguousarray(a.astype(np.float32)).view(np.uint32).astype(np.uint64)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return bits.view(np.float32).astype(np.float64)
+
+
+def numpy_dtype(dtype: str) -> type:
+    """The numpy type that holds values of ``dtype`` (bf16 values live in float32)."""
+    return {"f32": np.float32, "f16": np.float16, "bf16": np.float32}[_check_dtype(dtype)]
+
+
+def _check_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise OpfuseError(f"unknown dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    return dtype
+
+
+def _check_name(name: str, what: str = "op name") -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise OpfuseError(f"invalid {what} {name!r}: use letters, digits, '_', '.', '-', '$'")
+    return name
+
+
+def _tensor_type(shape: Shape, dtype: str) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + dtype + ">"
+
+
+def _float_literal(value: float, dtype: str) -> str:
+    if math.isinf(value) and value < 0:
+        return _NEG_INF[dtype]
+    if not math.isfinite(value):
+        raise OpfuseError(f"constant {value} is not supported (finite values and -inf only)")
+    text = repr(float(value))
+    # MLIR float literals need a '.' before an exponent ("1e-05" lexes as an integer).
+    return text if "." in text else text.replace("e", ".0e")
+
+
+def _affine_map(rank: int, results: Sequence[int | str]) -> str:
+    dims = ", ".join(f"d{i}" for i in range(rank))
+    res = ", ".join(f"d{r}" if isinstance(r, int) else r for r in results)
+    return f"affine_map<({dims}) -> ({res})>"
+
+
+def _reassociation(small: Shape, big: Shape) -> list[list[int]] | None:
+    """Groups of ``big``'s dims whose products are ``small``'s dims, or None if none exist."""
+    if math.prod(small) != math.prod(big):
+        return None
+    groups: list[list[int]] = []
+    j = 0
+    for size in small:
+        if j >= len(big):
+            return None
+        group, prod = [j], big[j]
+        j += 1
+        while prod < size and j < len(big):
+            group.append(j)
+            prod *= big[j]
+            j += 1
+        if prod != size:
+            return None
+        groups.append(group)
+    if j < len(big):  # trailing 1s join the last group
+        if not groups:
+            return [] if all(d == 1 for d in big) else None
+        groups[-1].extend(range(j, len(big)))
+    return groups
+
+
+@dataclass(eq=False)
+class _Node:
+    """One op of the graph; its result has the physical ``shape``.
+
+    ``op`` is one of: input, ew (elementwise generic), reduce, matmul, batch_matmul,
+    transpose, broadcast, collapse, expand, reshape.
+    """
+
+    op: str
+    name: str
+    shape: Shape
+    dtype: str
+    args: tuple[Any, ...] = ()  # Tensor handles; python floats for elementwise scalars
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=False, repr=False)
+class Tensor:
+    """A value of a :class:`Graph`: its logical shape, dtype and the op that computes it.
+
+    Supports ``+ - * / @``, unary ``-`` and ``** constant``; python numbers on either side
+    become constants.
+
+    Attributes:
+        graph: The graph that owns the value.
+        shape: Logical (numpy) shape.
+        lazy: Logical axes of size 1 that the underlying value does not have yet
+            (a pending ``keepdims=True``; see the module docstring).
+    """
+
+    graph: Graph
+    node: _Node
+    shape: Shape
+    lazy: tuple[int, ...] = ()
+    _materialized: Tensor | None = field(default=None, repr=False)
+
+    @property
+    def dtype(self) -> str:
+        """The element type: ``f32``, ``f16`` or ``bf16``."""
+        return self.node.dtype
+
+    @property
+    def ndim(self) -> int:
+        """The logical rank."""
+        return len(self.shape)
+
+    @property
+    def name(self) -> str:
+        """The location name of the op that computes the value (the input's name)."""
+        return self.node.name
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.node.name!r}, shape={self.shape}, dtype={self.dtype})"
+
+    def __add__(self, o: Operand) -> Tensor:
+        return self.graph.add(self, o)
+
+    def __radd__(self, o: Operand) -> Tensor:
+        return self.graph.add(o, self)
+
+    def __sub__(self, o: Operand) -> Tensor:
+        return self.graph.sub(self, o)
+
+    def __rsub__(self, o: Operand) -> Tensor:
+        return self.graph.sub(o, self)
+
+    def __mul__(self, o: Operand) -> Tensor:
+        return self.graph.mul(self, o)
+
+    def __rmul__(self, o: Operand) -> Tensor:
+        return self.graph.mul(o, self)
+
+    def __truediv__(self, o: Operand) -> Tensor:
+        return self.graph.div(self, o)
+
+    def __rtruediv__(self, o: Operand) -> Tensor:
+        return self.graph.div(o, self)
+
+    def __neg__(self) -> Tensor:
+        return self.graph.neg(self)
+
+    def __pow__(self, exponent: Scalar) -> Tensor:
+        return self.graph.pow(self, exponent)
+
+    def __matmul__(self, o: Tensor) -> Tensor:
+        return self.graph.matmul(self, o)
+
+
+Operand = Tensor | float | int
+Axes = int | Sequence[int] | None
+
+
+class Graph:
+    """A dataflow graph of tensor operators that prints as one MLIR ``func.func``.
+
+    Every op method takes an optional ``name=`` used as its location (composite ops use it
+    as the scope of their parts); without one, ops are named ``<scope>.<op>`` made unique
+    with a counter (``mul``, ``mul_1``, ``gelu.tanh``).
+
+    Args:
+        name: The function's symbol name.
+        dtype: Default element type of inputs: ``f32``, ``f16`` or ``bf16``.
+        doc: Optional one-line description, printed as a comment above the module.
+
+    Example:
+        >>> g = Graph("g2")
+        >>> x, a = g.input("x", (4, 8)), g.input("a", (8,))
+        >>> g.output(g.relu(g.tanh(x * a + 1.5)))
+        >>> text = g.to_mlir()
+        >>> (y,) = g.reference(x=np.ones((4, 8)), a=np.ones(8))
+    """
+
+    def __init__(self, name: str, dtype: str = "f32", *, doc: str | None = None):
+        self.name = _check_name(name, "graph name")
+        self.dtype = _check_dtype(dtype)
+        self.doc = doc
+        self.inputs: list[Tensor] = []
+        self.outputs: list[Tensor] = []
+        self._nodes: list[_Node] = []  # in creation order, which is a topological order
+        self._used_names: set[str] = set()
+        self._scopes: list[str] = []
+
+    # ----------------------------------------------------------------- graph edges
+
+    def input(self, name: str, shape: Sequence[int], dtype: str | None = None) -> Tensor:
+        """Declare a function argument.
+
+        Args:
+            name: Argument name: its SSA name, location and :meth:`reference` keyword.
+            shape: Static shape; every dim a positive integer.
+            dtype: Element type; the graph's default if None.
+
+        Returns:
+            The argument's tensor handle.
+        """
+        if _check_name(name, "input name") in self._used_names:
+            raise OpfuseError(f"input name {name!r} is already used in graph {self.name!r}")
+        shape = self._check_shape(shape, f"input {name!r}")
+        self._used_names.add(name)
+        t = Tensor(self, _Node("input", name, shape, _check_dtype(dtype or self.dtype)), shape)
+        self.inputs.append(t)
+        return t
+
+    def output(self, *tensors: Tensor) -> None:
+        """Append results to the function (order kept); pending keepdims are materialized."""
+        for t in tensors:
+            self.outputs.append(self._materialize(self._own(t)))
+
+    @contextlib.contextmanager
+    def scope(self, name: str) -> Iterator[str]:
+        """Name the ops built inside the block ``<scope>.<op>`` (``blk.mul``).
+
+        Scopes nest (``blk.ln.sub``) and are made unique (``blk``, ``blk_1``).
+
+        Yields:
+            The scope's full name.
+        """
+        with self._scope(self._unique(self._scoped(None, _check_name(name)))) as full:
+            yield full
+
+    # ----------------------------------------------------------------- elementwise
+
+    def add(self, x: Operand, y: Operand, *, name: str | None = None) -> Tensor:
+        """``x + y`` with numpy broadcasting."""
+        return self._elementwise("add", (x, y), name)
+
+    def sub(self, x: Operand, y: Operand, *, name: str | None = None) -> Tensor:
+        """``x - y`` with numpy broadcasting."""
+        return self._elementwise("sub", (x, y), name)
+
+    def mul(self, x: Operand, y: Operand, *, name: str | None = None) -> Tensor:
+        """``x * y`` with numpy broadcasting."""
+        return self._elementwise("mul", (x, y), name)
+
+    def div(self, x: Operand, y: Operand, *, name: str | None = None) -> Tensor:
+        """``x / y`` with numpy broadcasting."""
+        return self._elementwise("div", (x, y), name)
+
+    def maximum(self, x: Operand, y: Operand, *, name: str | None = None) -> Tensor:
+        """Elementwise maximum, NaN-propagating (``arith.maximumf``)."""
+        return self._elementwise("maximum", (x, y), name)
+
+    def minimum(self, x: Operand, y: Operand, *, name: str | None = None) -> Tensor:
+        """Elementwise minimum, NaN-propagating (``arith.minimumf``)."""
+        return self._elementwise("minimum", (x, y), name)
+
+    def neg(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``-x``."""
+        return self._elementwise("neg", (x,), name)
+
+    def exp(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``exp(x)``."""
+        return self._elementwise("exp", (x,), name)
+
+    def log(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """Natural logarithm."""
+        return self._elementwise("log", (x,), name)
+
+    def tanh(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """Hyperbolic tangent."""
+        return self._elementwise("tanh", (x,), name)
+
+    def erf(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """Error function (``math.erf``; the CPU lowering needs ``convert-math-to-libm``)."""
+        return self._elementwise("erf", (x,), name)
+
+    def sqrt(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """Square root."""
+        return self._elementwise("sqrt", (x,), name)
+
+    def rsqrt(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``1 / sqrt(x)``."""
+        return self._elementwise("rsqrt", (x,), name)
+
+    def relu(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``max(x, 0)``."""
+        return self._elementwise("relu", (x,), name)
+
+    def sigmoid(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``1 / (1 + exp(-x))``, one generic."""
+        return self._elementwise("sigmoid", (x,), name)
+
+    def pow(self, x: Tensor, exponent: Scalar, *, name: str | None = None) -> Tensor:
+        """``x ** exponent`` for a constant exponent.
+
+        Integral exponents 1 to 4 are repeated multiplications (exact for negative ``x``),
+        others ``math.powf``; for f16/bf16 either is computed in f32.
+        """
+        if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
+            raise OpfuseError("pow: the exponent must be a python number")
+        return self._elementwise("pow", (x,), name, exponent=float(exponent))
+
+    def broadcast_to(self, x: Tensor, shape: Sequence[int], *, name: str | None = None) -> Tensor:
+        """Broadcast ``x`` to ``shape`` with numpy rules (a materialized copy)."""
+        x = self._own(x)
+        shape = self._check_shape(shape, "broadcast_to")
+        lead = len(shape) - x.ndim
+        if lead < 0 or any(s not in (1, shape[lead + i]) for i, s in enumerate(x.shape)):
+            raise OpfuseError(f"broadcast_to: cannot broadcast {x.shape} to {shape}")
+        if x.shape == shape and not x.lazy:
+            return x
+        if x.lazy or x.shape != shape[lead:]:  # size-1 dims: a copy generic reading index 0
+            return self._elementwise("copy", (x,), name, out_shape=shape, default="broadcast")
+        node = self._node("broadcast", name, shape, x.dtype, (x,), dims=list(range(lead)))
+        return Tensor(self, node, shape)
+
+    # ----------------------------------------------------------------- reductions
+
+    def sum(
+        self,
+        x: Tensor,
+        axis: Axes = None,
+        keepdims: bool = False,
+        *,
+        name: str | None = None,
+    ) -> Tensor:
+        """Sum over ``axis`` (all axes if None), accumulating in ``x``'s dtype."""
+        return self._reduce("sum", x, axis, keepdims, name)
+
+    def max(
+        self,
+        x: Tensor,
+        axis: Axes = None,
+        keepdims: bool = False,
+        *,
+        name: str | None = None,
+    ) -> Tensor:
+        """Maximum over ``axis`` (all axes if None), from an init of -inf."""
+        return self._reduce("max", x, axis, keepdims, name)
+
+    def mean(
+        self,
+        x: Tensor,
+        axis: Axes = None,
+        keepdims: bool = False,
+        *,
+        name: str | None = None,
+    ) -> Tensor:
+        """Mean over ``axis``: a sum, then an elementwise multiply by 1/N."""
+        x = self._own(x)
+        count = math.prod(x.shape[a] for a in self._axes(x, axis))
+        with self._composite(name, "mean"):
+            s = self._reduce("sum", x, axis, keepdims, None)
+            return self._elementwise("mul", (s, 1.0 / count), None)
+
+    # ----------------------------------------------------------------- data movement
+
+    def transpose(self, x: Tensor, perm: Sequence[int], *, name: str | None = None) -> Tensor:
+        """Permute dims: result dim ``i`` is ``x``'s dim ``perm[i]`` (``linalg.transpose``)."""
+        x = self._materialize(self._own(x))
+        perm = [int(p) for p in perm]
+        if sorted(perm) != list(range(x.ndim)):
+            raise OpfuseError(f"transpose: {perm} is not a permutation of {x.ndim} dims")
+        shape = tuple(x.shape[p] for p in perm)
+        return Tensor(self, self._node("transpose", name, shape, x.dtype, (x,), perm=perm), shape)
+
+    def reshape(self, x: Tensor, shape: Sequence[int], *, name: str | None = None) -> Tensor:
+        """Reshape in row-major order; one dim may be -1.
+
+        A pure collapse or expand becomes ``tensor.collapse_shape``/``tensor.expand_shape``,
+        anything else ``tensor.reshape``.
+        """
+        x = self._materialize(self._own(x))
+        shape = self._infer_shape(x, shape)
+        if shape == x.shape:
+            return x
+        op, groups = "reshape", None
+        if len(shape) < x.ndim:
+            op, groups = "collapse", _reassociation(shape, x.shape)
+        elif len(shape) > x.ndim:
+            op, groups = "expand", _reassociation(x.shape, shape)
+        if groups is None:
+            op = "reshape"
+        node = self._node(op, name, shape, x.dtype, (x,), "reshape", groups=groups)
+        return Tensor(self, node, shape)
+
+    # ----------------------------------------------------------------- contractions
+
+    def matmul(self, x: Tensor, y: Tensor, *, name: str | None = None) -> Tensor:
+        """Matrix product of 2-D, 3-D (batched) or 4-D (two batch dims) operands.
+
+        The accumulator is ``x``'s dtype, initialized by ``linalg.fill`` of 0. 4-D operands
+        are collapsed to 3-D (``<name>.lhs``/``.rhs``) and the result expanded (``.out``).
+        """
+        x, y = (self._materialize(self._own(t)) for t in (x, y))
+        self._same_dtype("matmul", (x, y))
+        if x.ndim != y.ndim or x.ndim not in (2, 3, 4):
+            raise OpfuseError(
+                f"matmul: expected two 2-D, 3-D or 4-D operands, got {x.shape} and {y.shape}"
+            )
+        if x.shape[:-2] != y.shape[:-2] or x.shape[-1] != y.shape[-2]:
+            raise OpfuseError(f"matmul: shapes {x.shape} and {y.shape} do not match")
+        shape = (*x.shape[:-1], y.shape[-1])
+        if x.ndim < 4:
+            op = "matmul" if x.ndim == 2 else "batch_matmul"
+            return Tensor(self, self._node(op, name, shape, x.dtype, (x, y), "matmul"), shape)
+        full = self._unique(self._scoped(name, "matmul"))
+        batch = x.shape[0] * x.shape[1]
+        x3 = self.reshape(x, (batch, *x.shape[2:]), name=f"{full}.lhs")
+        y3 = self.reshape(y, (batch, *y.shape[2:]), name=f"{full}.rhs")
+        shape3 = (batch, *shape[2:])
+        node = self._node("batch_matmul", None, shape3, x.dtype, (x3, y3), exact=full)
+        return self.reshape(Tensor(self, node, shape3), shape, name=f"{full}.out")
+
+    # ----------------------------------------------------------------- compositions
+
+    def gelu(self, x: Tensor, approximate: str = "tanh", *, name: str | None = None) -> Tensor:
+        """GELU as a chain of elementwise ops (one generic each).
+
+        Args:
+            x: Input.
+            approximate: ``"tanh"``: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)));
+                ``"none"``: 0.5·x·(1 + erf(x/√2)).
+            name: Scope name of the chain.
+        """
+        if approximate not in ("tanh", "none"):
+            raise OpfuseError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
+        with self._composite(name, "gelu"):
+            if approximate == "tanh":
+                inner = self.add(x, self.mul(self.pow(x, 3), 0.044715))
+                t = self.tanh(self.mul(inner, math.sqrt(2.0 / math.pi)))
+            else:
+                t = self.erf(self.mul(x, 1.0 / math.sqrt(2.0)))
+            return self.mul(self.mul(x, self.add(t, 1.0)), 0.5)
+
+    def silu(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``x * sigmoid(x)``."""
+        with self._composite(name, "silu"):
+            return self.mul(x, self.sigmoid(x))
+
+    def softmax(self, x: Tensor, axis: int = -1, *, name: str | None = None) -> Tensor:
+        """Softmax along ``axis``: exp(x - max) / sum(exp(x - max))."""
+        with self._composite(name, "softmax"):
+            e = self.exp(self.sub(x, self.max(x, axis, keepdims=True)))
+            return self.div(e, self.sum(e, axis, keepdims=True))
+
+    def layernorm(
+        self,
+        x: Tensor,
+        weight: Tensor | None = None,
+        bias: Tensor | None = None,
+        eps: float = 1e-5,
+        *,
+        name: str | None = None,
+    ) -> Tensor:
+        """Layer normalization over the last axis (biased variance), optional affine."""
+        with self._composite(name, "layernorm"):
+            d = self.sub(x, self.mean(x, -1, keepdims=True))
+            var = self.mean(self.mul(d, d), -1, keepdims=True)
+            y = self.mul(d, self.rsqrt(self.add(var, eps)))
+            if weight is not None:
+                y = self.mul(y, weight)
+            return y if bias is None else self.add(y, bias)
+
+    def rms_norm(
+        self,
+        x: Tensor,
+        weight: Tensor | None = None,
+        eps: float = 1e-6,
+        *,
+        name: str | None = None,
+    ) -> Tensor:
+        """RMS normalization over the last axis: x · rsqrt(mean(x²) + eps) · weight."""
+        with self._composite(name, "rms_norm"):
+            ms = self.mean(self.mul(x, x), -1, keepdims=True)
+            y = self.mul(x, self.rsqrt(self.add(ms, eps)))
+            return y if weight is None else self.mul(y, weight)
+
+    # ----------------------------------------------------------------- results
+
+    def to_mlir(self, comment: str | None = None) -> str:
+        """MLIR text of a module holding one ``func.func @<name>`` (see module docstring).
+
+        Only ops that reach an output are printed.
+
+        Args:
+            comment: First-line comment; defaults to the graph's ``doc``.
+        """
+        if not self.outputs:
+            raise OpfuseError(f"graph {self.name!r} has no outputs")
+        return _Printer(self).module(comment or self.doc)
+
+    def to_module(self, ctx: Any = None) -> Any:
+        """The parsed and verified ``mlir.ir.Module`` (raises OpfuseError if invalid)."""
+        from ..ir import parse_module
+
+        return parse_module(self.to_mlir(), ctx, filename=f"{self.name}.mlir")
+
+    def reference(self, *args: np.ndarray, **kwargs: np.ndarray) -> list[np.ndarray]:
+        """Evaluate the graph with numpy, independently of the MLIR.
+
+        Each op is computed in float64 and rounded to its dtype (see the module docstring).
+
+        Args:
+            *args: Input arrays in :meth:`input` order, or
+            **kwargs: input arrays by name.
+
+        Returns:
+            One array per output, as float32 (f32, bf16 values) or float16 (f16).
+        """
+        env = self._bind(args, kwargs)
+        for node in self._live_nodes():
+            env[id(node)] = round_to_dtype(self._eval(node, env), node.dtype)
+        return [
+            env[id(t.node)].reshape(t.shape).astype(numpy_dtype(t.dtype)) for t in self.outputs
+        ]
+
+    def random_inputs(
+        self, seed: int = 0, low: float = -1.0, high: float = 1.0
+    ) -> dict[str, np.ndarray]:
+        """Uniform random inputs by name, already rounded to each input's dtype."""
+        rng = np.random.default_rng(seed)
+        out = {}
+        for t in self.inputs:
+            values = round_to_dtype(rng.uniform(low, high, t.shape), t.dtype)
+            out[t.name] = values.astype(numpy_dtype(t.dtype))
+        return out
+
+    # ----------------------------------------------------------------- naming
+
+    def _unique(self, base: str) -> str:
+        name, k = base, 0
+        while name in self._used_names:
+            k += 1
+            name = f"{base}_{k}"
+        self._used_names.add(name)
+        return name
+
+    def _scoped(self, name: str | None, default: str) -> str:
+        """``name`` as given (checked), else ``<innermost scope>.<default>``."""
+        if name is not None:
+            return _check_name(name)
+        return f"{self._scopes[-1]}.{default}" if self._scopes else default
+
+    @contextlib.contextmanager
+    def _scope(self, full: str) -> Iterator[str]:
+        self._scopes.append(full)
+        try:
+            yield full
+        finally:
+            self._scopes.pop()
+
+    def _composite(self, name: str | None, default: str) -> contextlib.AbstractContextManager:
+        """The scope of a composite op: ``name`` as given, else nested ``default``."""
+        return self._scope(self._unique(self._scoped(name, default)))
+
+    def _node(
+        self,
+        op: str,
+        name: str | None,
+        shape: Shape,
+        dtype: str,
+        args: tuple,
+        default: str | None = None,
+        *,
+        exact: str | None = None,
+        **attrs: Any,
+    ) -> _Node:
+        """Append a node named ``exact``, else ``name``/``<scope>.<default or op>`` made unique."""
+        if exact is None:
+            exact = self._unique(self._scoped(name, default or op))
+        node = _Node(op, exact, shape, dtype, args, attrs)
+        self._nodes.append(node)
+        return node
+
+    # ----------------------------------------------------------------- checks
+
+    def _own(self, t: Any) -> Tensor:
+        if not isinstance(t, Tensor):
+            raise OpfuseError(f"expected a Tensor, got {type(t).__name__}")
+        if t.graph is not self:
+            raise OpfuseError(f"tensor {t.name!r} belongs to graph {t.graph.name!r}")
+        return t
+
+    @staticmethod
+    def _check_shape(shape: Sequence[int], what: str) -> Shape:
+        try:
+            dims = tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            raise OpfuseError(f"{what}: shape must be a sequence of ints, got {shape!r}") from None
+        if any(d <= 0 for d in dims):
+            raise OpfuseError(f"{what}: static positive dims only, got {dims}")
+        return dims
+
+    def _infer_shape(self, x: Tensor, shape: Sequence[int]) -> Shape:
+        dims = [int(d) for d in shape]
+        size = math.prod(x.shape)
+        if dims.count(-1) == 1:
+            known = math.prod(d for d in dims if d != -1)
+            if known > 0 and size % known == 0:
+                dims[dims.index(-1)] = size // known
+        out = self._check_shape(dims, "reshape")
+        if math.prod(out) != size:
+            raise OpfuseError(f"reshape: cannot reshape {x.shape} ({size} elements) to {out}")
+        return out
+
+    @staticmethod
+    def _axes(x: Tensor, axis: Axes) -> tuple[int, ...]:
+        raw = range(x.ndim) if axis is None else (axis,) if isinstance(axis, int) else axis
+        axes = []
+        for a in raw:
+            if not -x.ndim <= int(a) < x.ndim:
+                raise OpfuseError(f"axis {a} out of range for shape {x.shape}")
+            axes.append(int(a) % x.ndim)
+        if len(set(axes)) != len(axes):
+            raise OpfuseError(f"repeated axis in {tuple(raw)}")
+        return tuple(sorted(axes))
+
+    @staticmethod
+    def _same_dtype(op: str, tensors: Sequence[Tensor]) -> str:
+        dtypes = {t.dtype for t in tensors}
+        if len(dtypes) > 1:
+            raise OpfuseError(f"{op}: operands have different dtypes {sorted(dtypes)}")
+        return dtypes.pop()
+
+    # ----------------------------------------------------------------- op construction
+
+    def _materialize(self, t: Tensor) -> Tensor:
+        """``t`` with its pending keepdims 1s made real by one ``tensor.expand_shape``."""
+        if not t.lazy:
+            return t
+        if t._materialized is None:
+            value = Tensor(self, t.node, t.node.shape)
+            groups = _reassociation(t.node.shape, t.shape)
+            full = self._unique(f"{t.node.name}.keepdims")
+            node = self._node("expand", None, t.shape, t.dtype, (value,), exact=full, groups=groups)
+            t._materialized = Tensor(self, node, t.shape)
+        return t._materialized
+
+    def _elementwise(
+        self,
+        fn: str,
+        operands: Sequence[Any],
+        name: str | None,
+        out_shape: Shape | None = None,
+        default: str | None = None,
+        **attrs: Any,
+    ) -> Tensor:
+        for o in operands:
+            if isinstance(o, bool) or not isinstance(o, (Tensor, int, float)):
+                raise OpfuseError(f"{fn}: unsupported operand {o!r}")
+        tensors = [self._own(o) for o in operands if isinstance(o, Tensor)]
+        if not tensors:
+            raise OpfuseError(f"{fn}: needs at least one Tensor operand")
+        dtype = self._same_dtype(fn, tensors)
+        shape, lazy = self._broadcast(fn, tensors, out_shape)
+        domain = [k for k in range(len(shape)) if k not in lazy]
+        maps = [self._input_map(t, shape, domain) for t in tensors]
+        args = tuple(o if isinstance(o, Tensor) else float(o) for o in operands)
+        physical = tuple(shape[k] for k in domain)
+        node = self._node(
+            "ew", name, physical, dtype, args, default or fn, fn=fn, maps=maps, logical=shape,
+            **attrs,
+        )
+        return Tensor(self, node, shape, lazy)
+
+    @staticmethod
+    def _broadcast(
+        fn: str, tensors: list[Tensor], out_shape: Shape | None
+    ) -> tuple[Shape, tuple[int, ...]]:
+        """The numpy broadcast shape, and which of its axes stay pending keepdims axes."""
+        shapes = [t.shape for t in tensors] + ([out_shape] if out_shape is not None else [])
+        try:
+            shape = np.broadcast_shapes(*shapes)
+        except ValueError:
+            listed = " and ".join(str(s) for s in shapes)
+            raise OpfuseError(f"{fn}: shapes {listed} cannot be broadcast together") from None
+        if out_shape is not None:
+            if shape != out_shape:
+                raise OpfuseError(f"broadcast_to: cannot broadcast {shapes[0]} to {out_shape}")
+            return shape, ()
+        lazy = []
+        for k in range(len(shape)):
+            # an axis stays pending only if every operand that has it has it pending
+            have = [(t, k - len(shape) + t.ndim) for t in tensors if k - len(shape) + t.ndim >= 0]
+            if shape[k] == 1 and all(a in t.lazy for t, a in have):
+                lazy.append(k)
+        return shape, tuple(lazy)
+
+    @staticmethod
+    def _input_map(t: Tensor, shape: Shape, domain: list[int]) -> list[int | str]:
+        """Results of ``t``'s indexing map over ``domain`` (ints are dims, "0" a constant)."""
+        lead = len(shape) - t.ndim
+        results: list[int | str] = []
+        for a, size in enumerate(t.shape):
+            if a in t.lazy:
+                continue  # the value does not have this axis: broadcast by omission
+            k = a + lead
+            results.append(domain.index(k) if size == shape[k] else "0")
+        return results
+
+    def _reduce(
+        self, kind: str, x: Tensor, axis: Axes, keepdims: bool, name: str | None
+    ) -> Tensor:
+        x = self._materialize(self._own(x))
+        axes = self._axes(x, axis)
+        physical = tuple(d for k, d in enumerate(x.shape) if k not in axes)
+        node = self._node("reduce", name, physical, x.dtype, (x,), kind, kind=kind, axes=axes)
+        if not keepdims:
+            return Tensor(self, node, physical)
+        logical = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
+        return Tensor(self, node, logical, axes)
+
+    # ----------------------------------------------------------------- reference evaluation
+
+    def _bind(self, args: tuple, kwargs: dict) -> dict[int, np.ndarray]:
+        if args and kwargs:
+            raise OpfuseError("reference: pass inputs either by position or by name")
+        if args:
+            if len(args) != len(self.inputs):
+                raise OpfuseError(
+                    f"reference: expected {len(self.inputs)} inputs, got {len(args)}"
+                )
+            kwargs = {t.name: a for t, a in zip(self.inputs, args)}
+        missing = [t.name for t in self.inputs if t.name not in kwargs]
+        extra = sorted(set(kwargs) - {t.name for t in self.inputs})
+        if missing or extra:
+            raise OpfuseError(f"reference: missing inputs {missing}, unknown inputs {extra}")
+        env = {}
+        for t in self.inputs:
+            a = np.asarray(kwargs[t.name])
+            if a.shape != t.shape:
+                raise OpfuseError(
+                    f"reference: input {t.name!r} has shape {a.shape}, expected {t.shape}"
+                )
+            env[id(t.node)] = round_to_dtype(a, t.dtype)
+        return env
+
+    def _live_nodes(self) -> list[_Node]:
+        """Non-input nodes that reach an output, in creation order."""
+        live: set[int] = set()
+        stack = [t.node for t in self.outputs]
+        while stack:
+            n = stack.pop()
+            if id(n) not in live:
+                live.add(id(n))
+                stack.extend(a.node for a in n.args if isinstance(a, Tensor))
+        return [n for n in self._nodes if id(n) in live]
+
+    @staticmethod
+    def _eval(node: _Node, env: dict[int, np.ndarray]) -> np.ndarray:
+        vals = [
+            env[id(a.node)].reshape(a.shape) if isinstance(a, Tensor) else
+            round_to_dtype(a, node.dtype)
+            for a in node.args
+        ]
+        op, at = node.op, node.attrs
+        with np.errstate(all="ignore"):
+            if op == "ew":
+                if at["fn"] == "pow":
+                    out = np.power(vals[0], at["exponent"])
+                else:
+                    out = _NUMPY[at["fn"]](*vals)
+                return np.broadcast_to(out, at["logical"]).reshape(node.shape)
+            if op == "reduce":
+                return (np.sum if at["kind"] == "sum" else np.max)(vals[0], axis=at["axes"])
+            if op in ("matmul", "batch_matmul"):
+                return np.matmul(vals[0], vals[1])
+            if op == "transpose":
+                return np.transpose(vals[0], at["perm"])
+            if op == "broadcast":
+                return np.broadcast_to(vals[0], node.shape)
+            return vals[0].reshape(node.shape)  # collapse, expand, reshape
+
+
+# --------------------------------------------------------------------------- printing
+
+
+class _Body:
+    """The scalar payload of one ``linalg.generic``, in the op's dtype ``t``."""
+
+    def __init__(self, printer: _Printer, dtype: str):
+        self.p, self.t, self.lines = printer, dtype, []
+
+    def op(self, text: str) -> str:
+        v = self.p.fresh()
+        self.lines.append(f"{v} = {text}")
+        return v
+
+    def const(self, value: float, t: str | None = None) -> str:
+        t = t or self.t
+        return self.op(f"arith.constant {_float_literal(value, t)} : {t}")
+
+    def to_f32(self, v: str) -> str:
+        return v if self.t == "f32" else self.op(f"arith.extf {v} : {self.t} to f32")
+
+    def from_f32(self, v: str) -> str:
+        return v if self.t == "f32" else self.op(f"arith.truncf {v} : f32 to {self.t}")
+
+    def compute(self, fn: str, a: list[str], attrs: dict) -> str:
+        """Emit ``fn`` on the operand names ``a``; returns the result's name."""
+        t = self.t
+        if fn in _BINARY_ARITH:
+            return self.op(f"{_BINARY_ARITH[fn]} {a[0]}, {a[1]} : {t}")
+        if fn == "neg":
+            return self.op(f"arith.negf {a[0]} : {t}")
+        if fn == "relu":
+            zero = self.const(0.0)
+            return self.op(f"arith.maximumf {a[0]}, {zero} : {t}")
+        if fn == "copy":
+            return a[0]
+        # transcendental: computed in f32 so that f16/bf16 lower everywhere
+        x = self.to_f32(a[0])
+        if fn in _UNARY_MATH:
+            r = self.op(f"math.{fn} {x} : f32")
+        elif fn == "sigmoid":
+            one = self.const(1.0, "f32")
+            neg = self.op(f"arith.negf {x} : f32")
+            e = self.op(f"math.exp {neg} : f32")
+            den = self.op(f"arith.addf {e}, {one} : f32")
+            r = self.op(f"arith.divf {one}, {den} : f32")
+        else:
+            r = self._pow(x, attrs["exponent"])
+        return self.from_f32(r)
+
+    def _pow(self, x: str, exponent: float) -> str:
+        if exponent.is_integer() and 1 <= exponent <= 4:
+            r = x
+            for _ in range(int(exponent) - 1):
+                r = self.op(f"arith.mulf {r}, {x} : f32")
+            return r
+        c = self.const(exponent, "f32")
+        return self.op(f"math.powf {x}, {c} : f32")
+
+
+class _Printer:
+    """Prints the live nodes of a graph as MLIR text in the ops' custom syntax."""
+
+    def __init__(self, graph: Graph):
+        self.g = graph
+        self.lines: list[str] = []
+        self.vals: dict[int, str] = {}
+        self.count = 0
+
+    def fresh(self) -> str:
+        v = f"%{self.count}"
+        self.count += 1
+        return v
+
+    def val(self, t: Tensor) -> str:
+        return self.vals[id(t.node)]
+
+    def emit(self, text: str, node: _Node) -> str:
+        v = self.fresh()
+        self.lines.append(f'    {v} = {text} loc("{node.name}")')
+        return v
+
+    def module(self, comment: str | None) -> str:
+        g = self.g
+        for t in g.inputs:
+            self.vals[id(t.node)] = f"%{t.name}"
+        for node in g._live_nodes():
+            self.vals[id(node)] = getattr(self, f"_{node.op}")(node)
+        args = ", ".join(f'%{t.name}: {_ty(t)} loc("{t.name}")' for t in g.inputs)
+        types = ", ".join(_ty(t) for t in g.outputs)
+        results = ", ".join(self.val(t) for t in g.outputs)
+        return "\n".join(
+            [
+                *([f"// {comment}"] if comment else []),
+                "module {",
+                f"  func.func @{g.name}({args}) -> ({types}) {{",
+                *self.lines,
+                f"    return {results} : {types}",
+                f'  }} loc("{g.name}")',
+                "}",
+                "",
+            ]
+        )
+
+    def _init(self, node: _Node, value: float | None) -> str:
+        """``tensor.empty`` for ``node``'s result, filled with ``value`` unless None."""
+        ty = _tensor_type(node.shape, node.dtype)
+        e = self.emit(f"tensor.empty() : {ty}", node)
+        if value is None:
+            return e
+        c = self.emit(f"arith.constant {_float_literal(value, node.dtype)} : {node.dtype}", node)
+        return self.emit(f"linalg.fill ins({c} : {node.dtype}) outs({e} : {ty}) -> {ty}", node)
+
+    def _generic(
+        self,
+        node: _Node,
+        ins: list[Tensor],
+        maps: list[str],
+        iterators: list[str],
+        init: str,
+        payload: Callable[[_Body, list[str], str], str],
+    ) -> str:
+        ty = _tensor_type(node.shape, node.dtype)
+        result = self.fresh()
+        block = [self.fresh() for _ in ins]
+        acc = self.fresh()
+        body = _Body(self, node.dtype)
+        r = payload(body, block, acc)
+        names = ", ".join(self.val(t) for t in ins)
+        types = ", ".join(_ty(t) for t in ins)
+        bb_args = [f"{v}: {t.dtype}" for v, t in zip(block, ins)] + [f"{acc}: {node.dtype}"]
+        iters = ", ".join(f'"{i}"' for i in iterators)
+        self.lines += [
+            f"    {result} = linalg.generic {{indexing_maps = [{', '.join(maps)}], "
+            f"iterator_types = [{iters}]}} ins({names} : {types}) outs({init} : {ty}) {{",
+            f"    ^bb0({', '.join(bb_args)}):",
+            *(f"      {line}" for line in body.lines),
+            f"      linalg.yield {r} : {node.dtype}",
+            f'    }} -> {ty} loc("{node.name}")',
+        ]
+        return result
+
+    def _ew(self, node: _Node) -> str:
+        ins = [a for a in node.args if isinstance(a, Tensor)]
+        rank = len(node.shape)
+        maps = [_affine_map(rank, m) for m in node.attrs["maps"]]
+        maps.append(_affine_map(rank, range(rank)))
+
+        def payload(body: _Body, block: list[str], acc: str) -> str:
+            it = iter(block)
+            operands = [next(it) if isinstance(a, Tensor) else body.const(a) for a in node.args]
+            return body.compute(node.attrs["fn"], operands, node.attrs)
+
+        init = self._init(node, None)
+        return self._generic(node, ins, maps, ["parallel"] * rank, init, payload)
+
+    def _reduce(self, node: _Node) -> str:
+        (x,) = node.args
+        axes = node.attrs["axes"]
+        op, init = _REDUCE[node.attrs["kind"]]
+        kept = [k for k in range(x.ndim) if k not in axes]
+        maps = [_affine_map(x.ndim, range(x.ndim)), _affine_map(x.ndim, kept)]
+        iterators = ["reduction" if k in axes else "parallel" for k in range(x.ndim)]
+
+        def payload(body: _Body, block: list[str], acc: str) -> str:
+            return body.op(f"{op} {block[0]}, {acc} : {node.dtype}")
+
+        return self._generic(node, [x], maps, iterators, self._init(node, init), payload)
+
+    def _matmul(self, node: _Node) -> str:
+        x, y = node.args
+        ty = _tensor_type(node.shape, node.dtype)
+        init = self._init(node, 0.0)
+        ins = f"ins({self.val(x)}, {self.val(y)} : {_ty(x)}, {_ty(y)})"
+        return self.emit(f"linalg.{node.op} {ins} outs({init} : {ty}) -> {ty}", node)
+
+    _batch_matmul = _matmul
+
+    def _transpose(self, node: _Node) -> str:
+        (x,) = node.args
+        outs = f"outs({self._init(node, None)} : {_tensor_type(node.shape, node.dtype)})"
+        perm = node.attrs["perm"]
+        return self.emit(
+            f"linalg.transpose ins({self.val(x)} : {_ty(x)}) {outs} permutation = {perm}", node
+        )
+
+    def _broadcast(self, node: _Node) -> str:
+        (x,) = node.args
+        outs = f"outs({self._init(node, None)} : {_tensor_type(node.shape, node.dtype)})"
+        dims = node.attrs["dims"]
+        return self.emit(
+            f"linalg.broadcast ins({self.val(x)} : {_ty(x)}) {outs} dimensions = {dims}", node
+        )
+
+    def _collapse(self, node: _Node) -> str:
+        (x,) = node.args
+        groups, out = node.attrs["groups"], _tensor_type(node.shape, node.dtype)
+        return self.emit(
+            f"tensor.collapse_shape {self.val(x)} {groups} : {_ty(x)} into {out}", node
+        )
+
+    def _expand(self, node: _Node) -> str:
+        (x,) = node.args
+        groups, out = node.attrs["groups"], _tensor_type(node.shape, node.dtype)
+        return self.emit(
+            f"tensor.expand_shape {self.val(x)} {groups} output_shape {list(node.shape)} : "
+            f"{_ty(x)} into {out}",
+            node,
+        )
+
+    def _reshape(self, node: _Node) -> str:
+        (x,) = node.args
+        st = f"tensor<{len(node.shape)}xi64>"
+        s = self.emit(f"arith.constant dense<{list(node.shape)}> : {st}", node)
+        out = _tensor_type(node.shape, node.dtype)
+        return self.emit(f"tensor.reshape {self.val(x)}({s}) : ({_ty(x)}, {st}) -> {out}", node)
+
+
+def _ty(t: Tensor) -> str:
+    """The MLIR type of the value behind ``t`` (without pending keepdims axes)."""
+    return _tensor_type(t.node.shape, t.dtype)
