@@ -89,8 +89,8 @@ def _parse_named(text: str, ctx: ir.Context, filename: str) -> ir.Module:
     if op.name != "builtin.module":
         raise OpfuseError(f"{filename}: expected a builtin.module at the top level, got {op.name}")
     module = ir.Module.create(op.location)
-    for named in op.attributes:
-        module.operation.attributes[named.name] = named.attr
+    for name in op.attributes:
+        module.operation.attributes[name] = op.attributes[name]
     with ir.InsertionPoint(module.body):
         for child in list(op.regions[0].blocks[0].operations):
             child.detach_from_parent()

@@ -10,7 +10,6 @@
 // CHECK-LABEL: func.func @chain
 // CHECK: linalg.generic
 // CHECK-SAME: opfuse.group = 0
-// CHECK: math.tanh
 // CHECK: linalg.generic
 // CHECK-SAME: opfuse.group = 0
 // CHECK: linalg.generic

@@ -14,10 +14,18 @@
 // REMARK: remark: [opfuse-fuse-reduction] fused: max -> sub: saving
 // REMARK: remark: [opfuse-fuse-reduction] fused: exp -> sum: saving
 // REMARK: remark: [opfuse-fuse-reduction] fused: sum -> div: saving
-// Without consumer fusion, only the producers of each reduction join it.
+// Without consumer fusion, only the producers of each reduction join it: sub and exp
+// join sum; max and div stay alone.
 // NOCONS-LABEL: func.func @softmax
-// NOCONS: opfuse.kind = "input"
-// NOCONS: opfuse.group = 1
+// NOCONS-NOT: opfuse.group
+// NOCONS: linalg.generic
+// NOCONS-SAME: opfuse.group = 0
+// NOCONS: linalg.exp {opfuse.group = 0
+// NOCONS: opfuse.group = 0 : i64, opfuse.kind = "input"
+// NOCONS-NOT: opfuse.group
+// NOCONS-LABEL: func.func @x_minus_mean
+// NOCONS-NOT: opfuse.group
+// NOCONS-LABEL: func.func @column
 func.func @softmax(%x: tensor<64x256xf32>) -> tensor<64x256xf32> {
   %ninf = arith.constant 0xFF800000 : f32
   %zero = arith.constant 0.0 : f32

@@ -1,0 +1,70 @@
+"""Every environment variable opfuse reads, declared once (STYLE.md, rule 4).
+
+Nothing else in the package reads ``os.environ``: code asks the variable declared here,
+at the moment it needs the value (``DUMP_DIR.get()``), so tests and tools that set the
+environment after import still see the change.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+_DECLARED: list[EnvVar] = []
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One environment variable: its name, what it does, and its default.
+
+    Attributes:
+        name: the variable, e.g. ``OPFUSE_DUMP_DIR``.
+        doc: one line for ``--help`` and the docs.
+        default: the value when the variable is unset or empty.
+    """
+
+    name: str
+    doc: str
+    default: str | None = None
+
+    def get(self) -> str | None:
+        """The value now (an empty value counts as unset)."""
+        return os.environ.get(self.name) or self.default
+
+    def path(self) -> Path | None:
+        """The value as a path with ``~`` expanded, or None."""
+        value = self.get()
+        return Path(value).expanduser() if value else None
+
+    def flag(self) -> bool:
+        """The value as a switch: set and not one of ``0``, ``false``, ``no``, ``off``."""
+        value = (self.get() or "").strip().lower()
+        return value not in ("", "0", "false", "no", "off")
+
+
+def env(name: str, doc: str, default: str | None = None) -> EnvVar:
+    """Declare an environment variable (module level only, so the list stays complete)."""
+    var = EnvVar(name, doc, default)
+    _DECLARED.append(var)
+    return var
+
+
+def declared() -> list[EnvVar]:
+    """Every variable declared here, in declaration order."""
+    return list(_DECLARED)
+
+
+DUMP_DIR = env(
+    "OPFUSE_DUMP_DIR",
+    "default for --dump-dir: write each stage's IR, the pipeline and the ledger there",
+)
+CACHE_DIR = env(
+    "OPFUSE_CACHE_DIR",
+    "on-disk kernel cache",
+    default="~/.cache/opfuse",
+)
+DEBUG = env(
+    "OPFUSE_DEBUG",
+    "print Python tracebacks for internal errors (tools print one line otherwise)",
+)

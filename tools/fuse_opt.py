@@ -1,0 +1,351 @@
+"""fuse-opt: run opfuse fusion pipelines on MLIR files, like mlir-opt.
+
+    fuse-opt in.mlir                                   # default fusion pipeline
+    fuse-opt in.mlir --opfuse-fuse-elementwise="delta=0.2" --opfuse-outline
+    fuse-opt in.mlir --pass-pipeline='builtin.module(opfuse-fuse-elementwise,canonicalize)'
+    fuse-opt in.mlir --opfuse-report=text              # the fusion report instead of IR
+
+Errors print as ``file:line:col: error: message`` on stderr; exit code 1 for bad input,
+2 for internal errors (never a Python traceback unless OPFUSE_DEBUG=1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from mlir import ir
+
+from opfuse import config
+from opfuse import ir as oir
+from opfuse import pipeline as pl
+from opfuse.errors import EXIT_INTERNAL_ERROR, EXIT_OK, OpfuseError
+from opfuse.report import ledger as ledger_mod
+from opfuse.report import render as render_mod
+
+# --- stages -------------------------------------------------------------------------------
+# ARCHITECTURE.md: linalg -> fused -> kernels -> nvvm -> ptx -> cubin, and fused -> cpu.
+# A stage names its parent and turns the parent's artifact into its own; --emit=NAME
+# computes the chain up to NAME and prints the last artifact (an ir.Module or text).
+# Adding a stage = one entry here (stages must not mutate their parent's artifact, except
+# "fused", which rewrites the parsed module in place and keeps a copy when a report needs it).
+
+
+@dataclass
+class Job:
+    """One input chunk on its way through the stages."""
+
+    args: argparse.Namespace
+    ctx: ir.Context
+    text: str
+    filename: str
+    pipeline: pl.Pipeline
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    before: ir.Module | None = None
+    ledger: ledger_mod.Ledger | None = None
+
+    def get(self, stage: str) -> Any:
+        if stage not in self.artifacts:
+            spec = STAGES[stage]
+            parent = self.get(spec.parent) if spec.parent else None
+            self.artifacts[stage] = spec.build(self, parent)
+        return self.artifacts[stage]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    parent: str | None
+    help: str
+    build: Callable[[Job, Any], Any]
+
+
+def _parse(job: Job, _: None) -> ir.Module:
+    return oir.parse_module(job.text, job.ctx, filename=job.filename)
+
+
+def _fuse(job: Job, module: ir.Module) -> ir.Module:
+    if job.args.opfuse_report:
+        job.before = pl.clone_module(module)
+    job.ledger = ledger_mod.Ledger()
+    try:
+        job.pipeline.run(
+            module, dump_dir=job.args.dump_dir, ledger=job.ledger, name=Path(job.filename).stem
+        )
+    finally:
+        if job.args.opfuse_remarks:
+            for line in job.ledger.remarks():
+                print(line, file=sys.stderr)
+    return module
+
+
+STAGES: dict[str, Stage] = {
+    s.name: s
+    for s in (
+        Stage("linalg", None, "the input as parsed", _parse),
+        Stage("fused", "linalg", "after the fusion pipeline (default)", _fuse),
+    )
+}
+
+
+def _chain(stage: str) -> list[str]:
+    names = []
+    while stage:
+        names.append(stage)
+        stage = STAGES[stage].parent
+    return names[::-1]
+
+
+def _print_artifact(artifact: Any, debug_info: bool) -> str:
+    if isinstance(artifact, ir.Module):
+        text = oir.print_module(artifact, debug_info=debug_info)
+    else:
+        text = str(artifact)
+    return text if text.endswith("\n") else text + "\n"
+
+
+# --- command line ---------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises OpfuseError (exit 1) instead of exiting with status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise OpfuseError(f"{message} (see fuse-opt --help)")
+
+
+def _pass_help(mod: Any) -> str:
+    doc = (mod.__doc__ or "").strip().split("\n", 1)[0]
+    doc = re.sub(rf"^{re.escape(mod.NAME)}:\s*", "", doc)
+    return f"{doc} (options below)".replace("%", "%%")
+
+
+def _epilog(registry: dict[str, Any]) -> str:
+    lines = ["opfuse passes and their options (defaults):"]
+    for name, mod in registry.items():
+        lines.append(f"  {name}")
+        for opt in pl.describe_options(mod.Options).split(", "):
+            lines.append(f"      {opt}")
+    lines.append("")
+    lines.append(f"default pipeline:\n  {pl.Pipeline.default()}")
+    lines.append("")
+    lines.append("stages for --emit:")
+    lines += [f"  {s.name:8} {s.help}" for s in STAGES.values()]
+    lines.append("")
+    lines.append("environment:")
+    lines += [f"  {v.name:18} {v.doc}" for v in config.declared()]
+    return "\n".join(lines)
+
+
+def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
+    """The argument parser; one flag per registered opfuse pass."""
+    p = _Parser(
+        prog="fuse-opt",
+        description="Run opfuse fusion passes on an MLIR file (like mlir-opt).",
+        epilog=_epilog(registry),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("input", nargs="?", default="-", help="input .mlir file, - for stdin (default)")
+    p.add_argument("-o", dest="output", default="-", metavar="FILE", help="output file (default: stdout)")
+    p.add_argument("--pass-pipeline", metavar="PIPELINE",
+                   help="textual pipeline of opfuse and upstream passes, e.g. "
+                   "'builtin.module(opfuse-fuse-elementwise{delta=0.2},canonicalize)'")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                   help="leave NAME out of the default pipeline (repeatable)")
+    p.add_argument("--split-input-file", action="store_true",
+                   help="split the input at '// -----' and process each chunk independently")
+    p.add_argument("--emit", default="fused", metavar="STAGE",
+                   help=f"stage to print: {', '.join(STAGES)} (default: fused)")
+    p.add_argument("--opfuse-report", choices=list(render_mod.FORMATS), metavar="FORMAT",
+                   help="print the fusion report (text or json) instead of the IR")
+    p.add_argument("--opfuse-remarks", action="store_true",
+                   help="print every fusion decision as an MLIR remark on stderr")
+    p.add_argument("--dump-dir", metavar="DIR",
+                   help="write each step's IR, pipeline.txt and ledger.json under DIR "
+                   f"(default: ${config.DUMP_DIR.name})")
+    p.add_argument("--mlir-print-debuginfo", action="store_true", help="print locations")
+    group = p.add_argument_group(
+        "opfuse passes (run in command-line order; --NAME=\"key=value ...\")"
+    )
+    for name, mod in registry.items():
+        # handled by _take_pass_flags before argparse runs (so a flag never swallows the
+        # input file); declared here for --help only
+        group.add_argument(f"--{name}", metavar='"OPTIONS"', help=_pass_help(mod))
+    return p
+
+
+def _take_pass_flags(
+    argv: Sequence[str], names: set[str]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Pull ``--NAME`` / ``--NAME=OPTIONS`` (or ``-NAME``) out of argv, in order."""
+    rest, flags = [], []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            rest += argv[i:]
+            break
+        m = re.fullmatch(r"--?([A-Za-z][\w.-]*)(?:=(.*))?", arg, re.S)
+        if m and m.group(1) in names:
+            flags.append((m.group(1), m.group(2) or ""))
+        else:
+            rest.append(arg)
+    return rest, flags
+
+
+def _long_options(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """Accept mlir-opt's single-dash spelling of long options (``-split-input-file``)."""
+    known = {s for s in parser._option_string_actions if s.startswith("--")}
+    out = []
+    for arg in argv:
+        head = arg.split("=", 1)[0]
+        single_dash = re.fullmatch(r"-[A-Za-z][\w-]+", head) and "-" + head in known
+        out.append("-" + arg if single_dash else arg)
+    return out
+
+
+def _select_pipeline(args: argparse.Namespace, flags: list[tuple[str, str]]) -> pl.Pipeline:
+    if args.pass_pipeline is not None and flags:
+        raise OpfuseError("--pass-pipeline cannot be combined with individual pass flags "
+                          f"({', '.join('--' + n for n, _ in flags)})")
+    if args.disable_pass and (args.pass_pipeline is not None or flags):
+        raise OpfuseError("--disable-pass applies to the default pipeline only")
+    if args.pass_pipeline is not None:
+        return pl.Pipeline.parse(args.pass_pipeline)
+    if flags:
+        pipeline = pl.Pipeline()
+        for name, options in flags:
+            pipeline.append(pl.Pipeline.parse(f"{name}{{{options}}}" if options else name).steps[0])
+        return pipeline
+    return pl.Pipeline.default(disable=args.disable_pass)
+
+
+# --- driver ---------------------------------------------------------------------------
+
+
+def _read_input(path: str) -> tuple[str, str]:
+    """(text, name for locations)."""
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        return Path(path).read_text(), path
+    except OSError as e:
+        raise OpfuseError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise OpfuseError(f"cannot read {path}: not UTF-8 text") from None
+
+
+def _process(job: Job) -> tuple[str | None, dict[str, Any] | None]:
+    """(printed stage, report) for one chunk."""
+    args = job.args
+    artifact = job.get(args.emit)
+    if not args.opfuse_report:
+        return _print_artifact(artifact, args.mlir_print_debuginfo), None
+    from opfuse.report.summary import build_report  # noqa: PLC0415  (needs the cost model)
+
+    return None, build_report(job.before, job.get("fused"), job.ledger)
+
+
+def _internal(e: BaseException) -> OpfuseError:
+    hint = "" if config.DEBUG.flag() else f" (set {config.DEBUG.name}=1 for the traceback)"
+    if config.DEBUG.flag():
+        traceback.print_exception(e, file=sys.stderr)
+    message = f"internal error: {type(e).__name__}: {e}{hint}"
+    return OpfuseError(message, exit_code=EXIT_INTERNAL_ERROR)
+
+
+def _print_error(error: OpfuseError) -> int:
+    if config.DEBUG.flag() and error.__cause__ is not None:
+        traceback.print_exception(error.__cause__, file=sys.stderr)
+    print(error.render(), file=sys.stderr)
+    return error.exit_code
+
+
+def _run(argv: list[str]) -> int:
+    registry = pl.registry()
+    parser = build_parser(registry)
+    rest, flags = _take_pass_flags(argv, set(registry))
+    args = parser.parse_args(_long_options(parser, rest))
+    if args.emit not in STAGES:
+        raise OpfuseError(f"unknown stage '{args.emit}' for --emit (stages: {', '.join(STAGES)})")
+    if args.opfuse_report and "fused" not in _chain(args.emit):
+        raise OpfuseError(
+            f"--opfuse-report needs the fusion pipeline: use --emit={args.emit} without it, "
+            "or a stage from 'fused' on"
+        )
+    pipeline = _select_pipeline(args, flags)
+    text, filename = _read_input(args.input)
+    chunks = oir.split_input(text) if args.split_input_file else [(text, 1)]
+    ctx = oir.make_context()
+
+    outputs: list[str] = []
+    reports: list[dict[str, Any]] = []
+    status = EXIT_OK
+    for chunk, _line in chunks:
+        job = Job(args, ctx, chunk, filename, pipeline)
+        try:
+            out, report = _process(job)
+        except OpfuseError as e:
+            status = max(status, _print_error(e))
+            continue
+        except Exception as e:  # one broken chunk must not hide the others
+            status = max(status, _print_error(_internal(e)))
+            continue
+        if report is not None:
+            reports.append(report)
+        else:
+            outputs.append(out)
+
+    body = _assemble(args, outputs, reports)
+    if body or status == EXIT_OK:
+        _write_output(args.output, body)
+    return status
+
+
+def _assemble(args: argparse.Namespace, outputs: list[str], reports: list[dict[str, Any]]) -> str:
+    """Chunks' outputs joined like mlir-opt's; JSON reports as one document (a list when
+    the input was split)."""
+    separator = oir.SPLIT_MARKER + "\n"
+    if args.opfuse_report == "json":
+        if not reports:
+            return ""
+        return render_mod.render_json(reports if args.split_input_file else reports[0])
+    if args.opfuse_report:
+        return separator.join(render_mod.render_text(r) for r in reports)
+    return separator.join(outputs)
+
+
+def _write_output(path: str, text: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise OpfuseError(f"cannot write {path}: {e.strerror}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``fuse-opt``; returns the exit code (0 ok, 1 user error, 2 internal)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(argv)
+    except OpfuseError as e:
+        return _print_error(e)
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `fuse-opt ... | head`
+        return EXIT_OK
+    except Exception as e:
+        return _print_error(_internal(e))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
