@@ -20,7 +20,7 @@ from mlir import ir
 
 from opfuse.analysis.graph import GROUP_ATTR, FuncGraph, functions, value_bytes
 from opfuse.analysis.groups import Group, Planner
-from opfuse.analysis.opinfo import OpKind
+from opfuse.analysis.opinfo import OpKind, forget
 from opfuse.report import ledger
 from opfuse.ir import format_location
 
@@ -45,9 +45,9 @@ class Options(FusionOptions):
 
 def run(module: ir.Module, options: Options = Options()) -> None:
     for func_op in functions(module):
-        if options.duplicate:
-            _duplicate_producers(func_op, options)
         planner = Planner(FuncGraph(func_op), NAME, options)
+        if options.duplicate and _duplicate_producers(planner, options):
+            planner = Planner(FuncGraph(func_op), NAME, options)  # the IR changed
         _merge(planner)
         planner.write_back()
 
@@ -56,8 +56,9 @@ def _is_mover(g: Group) -> bool:
     return g.kinds <= _MOVERS
 
 
-def _duplicate_producers(func_op: ir.Operation, options: Options) -> None:
-    planner = Planner(FuncGraph(func_op), NAME, options)
+def _duplicate_producers(planner: Planner, options: Options) -> bool:
+    """Duplicate multi-consumer movers where the model says so; True if the IR changed."""
+    changed = False
     graph = planner.graph
     for node in list(graph.nodes):
         p = planner.group(node.index)
@@ -84,6 +85,8 @@ def _duplicate_producers(func_op: ir.Operation, options: Options) -> None:
                                           action="duplicate", numbers=numbers))
         if ok:
             _clone_into_consumers(node.op, v, consumers, planner)
+            changed = True
+    return changed
 
 
 def _clone_into_consumers(op: ir.Operation, v: ir.Value, consumers: list[Group],
@@ -99,6 +102,7 @@ def _clone_into_consumers(op: ir.Operation, v: ir.Value, consumers: list[Group],
         for r in readers:
             graph.nodes[r].op.replace_uses_of_with(v, clone.results[0])
     if v not in graph.returned:
+        forget(op)
         op.erase()
 
 

@@ -36,6 +36,7 @@ from mlir.passmanager import PassManager
 from . import config
 from . import ir as oir
 from .errors import EXIT_INTERNAL_ERROR, OpfuseError
+from .analysis.opinfo import info_cache, invalidate_cache
 from .report import ledger as ledger_mod
 
 # The default fusion pipeline, written once. Each pass only sees the groups the earlier
@@ -667,7 +668,7 @@ class Pipeline:
         input_text = oir.print_module(module, debug_info=True)
         stem = name if name is not None else _module_stem(module)
         dumps = _Dumps.create(root, stem) if root is not None else None
-        with ledger_mod.collecting(ledger) as led:
+        with ledger_mod.collecting(ledger) as led, info_cache():
             try:
                 if dumps:
                     dumps.write("pipeline.txt", f"{self}\n")
@@ -708,6 +709,8 @@ def _run_step(step: Step, module: ir.Module) -> None:
     """One step, then the verifier; every failure becomes an OpfuseError."""
     ctx = module.context
     label = step.name if isinstance(step, OpfuseStep) else str(step)
+    if isinstance(step, UpstreamStep):
+        invalidate_cache()  # upstream passes may rewrite any op
     with oir.collect_diagnostics(ctx) as diags:
         try:
             step.run(module)

@@ -13,7 +13,7 @@ from mlir import ir
 
 from ..errors import OpfuseError
 from ..ir import format_location
-from .opinfo import OpInfo, OpKind, describe, generalize, tensor_bytes
+from .opinfo import OpInfo, OpKind, describe_all, tensor_bytes
 
 GROUP_ATTR = "opfuse.group"
 KIND_ATTR = "opfuse.kind"
@@ -51,13 +51,11 @@ class FuncGraph:
         block = func_op.regions[0].blocks[0]
         _check_static(func_op)
         ops = [op.operation for op in block.operations]
-        twins, self._scratch = generalize(func_op)
         free_values: set[ir.Value] = set()
-        for op, twin in zip(ops, twins):
+        for op, info in zip(ops, describe_all(func_op, ops)):
             if op.name == "func.return":
                 self.returned.update(op.operands)
                 continue
-            info = describe(op, twin)
             if info.kind == OpKind.FREE and not _holds_data(op):
                 free_values.update(op.results)
                 continue

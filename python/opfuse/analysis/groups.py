@@ -16,7 +16,7 @@ from .. import cost
 from ..report import ledger
 from ..ir import format_location
 from .graph import GROUP_ATTR, KIND_ATTR, FuncGraph, Node, value_bytes
-from .opinfo import LOOP_KINDS, OpKind, element_bytes
+from .opinfo import LOOP_KINDS, OpKind
 
 
 @dataclass(eq=False)
@@ -245,16 +245,12 @@ class Planner:
 
     # ----- internals -------------------------------------------------------------------
     def _singleton(self, node: Node) -> Group:
-        reads: dict[ir.Value, int] = {}
-        for v in node.reads:
-            reads[v] = value_bytes(v)
-        outputs = {v: value_bytes(v) for v in node.results if self._escapes(v, {node.index})}
+        reads = {v: value_bytes(v) for v in node.reads}
+        outputs = {v: value_bytes(v) for v in node.results if self._escapes(v, node.index)}
         info = node.info
-        peak = _payload_peak(node)
-        eb = max([element_bytes(v.type) for v in node.results] or [4])
-        g = Group(node.index, [node.index], reads, outputs, info.flops, peak, eb, {info.kind},
-                  node.index, node.index, self._domain(node), self._row_domain(node))
-        return g
+        return Group(node.index, [node.index], reads, outputs, info.flops, _payload_peak(node),
+                     info.result_elem_bytes, {info.kind}, node.index, node.index,
+                     self._domain(node), self._row_domain(node))
 
     def _domain(self, node: Node) -> tuple[int, ...]:
         if node.kind in (OpKind.REDUCTION, OpKind.CONTRACTION):
@@ -271,16 +267,11 @@ class Planner:
             return None
         return tuple(node.info.domain[:n_par])
 
-    def _escapes(self, v: ir.Value, members: set[int] | None, group: Group | None = None) -> bool:
+    def _escapes(self, v: ir.Value, node_index: int) -> bool:
+        """Whether ``v`` is returned or read by a node other than ``node_index``."""
         if v in self.graph.returned:
             return True
-        for r in self.graph.readers(v):
-            if members is not None and r in members:
-                continue
-            if group is not None and self.group(r) is group:
-                continue
-            return True
-        return False
+        return any(r != node_index for r in self.graph.readers(v))
 
     def _only_read_by(self, v: ir.Value, p: Group, c: Group) -> bool:
         if v in self.graph.returned:
@@ -366,6 +357,12 @@ def root_of(graph: FuncGraph, g: Group) -> int:
 
 def _payload_peak(node: Node) -> int:
     """Peak number of payload temporaries live at once (loads are counted by the group)."""
+    if node.info.peak is None:
+        node.info.peak = _compute_peak(node)
+    return node.info.peak
+
+
+def _compute_peak(node: Node) -> int:
     p = node.info.payload
     if p is None:
         return 1

@@ -8,8 +8,12 @@ slices are described by hand.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import ctypes
 import enum
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from mlir import ir
 from mlir.dialects import func, linalg
@@ -63,6 +67,8 @@ class OpInfo:
     output_maps: list[ir.AffineMap | None] = field(default_factory=list)
     payload: Payload | None = None
     flops_per_point: int = 0
+    result_elem_bytes: int = 4  # widest element type among the results
+    peak: int | None = None  # payload register peak, filled in by the planner on first use
 
     @property
     def points(self) -> int:
@@ -76,36 +82,138 @@ class OpInfo:
         return self.flops_per_point * self.points
 
 
-def generalize(func_op: ir.Operation) -> tuple[list[ir.Operation | None], ir.Module]:
-    """Generalized twins of the top-level ops of ``func_op``, aligned with its block.
+def generalize(ops: list[ir.Operation]) -> tuple[list[ir.Operation | None], ir.Module | None]:
+    """Generalized twins of ``ops`` (top-level ops of one function), aligned with them.
 
-    One pass run per function, not per op. The greedy driver behind the pass erases dead
-    ops and hoists and merges constants, so in the scratch copy every value is first kept
-    alive by a call to an external function, and constants (which are free) are left out
-    of the alignment: their twin is None. Returns the twins and the scratch module, which
-    must outlive them.
+    A ``linalg.generic`` is its own twin and other dialects' ops have none (None); named
+    linalg ops are cloned into one scratch function, with their operands as its arguments,
+    and generalized by a single pass run. Every clone's results are kept alive by a call so
+    the pass's greedy driver erases none of them. Returns the twins and the scratch module,
+    which must outlive them.
     """
-    ctx = func_op.context
+    named = [op for op in ops if op.name.startswith("linalg.") and op.name != "linalg.generic"]
+    twins: dict[ir.Operation, ir.Operation] = {}
+    scratch = None
+    if named:
+        scratch, twins = _generalize_named(named)
+    out: list[ir.Operation | None] = []
+    for op in ops:
+        if op.name == "linalg.generic":
+            out.append(op)
+        else:
+            out.append(twins.get(op))
+    return out, scratch
+
+
+def _generalize_named(named: list[ir.Operation]) -> tuple[ir.Module, dict]:
+    ctx = named[0].context
+    operands: dict[ir.Value, int] = {}
+    for op in named:
+        for v in op.operands:
+            operands.setdefault(v, len(operands))
     scratch = ir.Module.create(ir.Location.unknown(ctx))
     with ir.InsertionPoint(scratch.body), ir.Location.unknown(ctx):
-        twin = func_op.clone()
-        block = twin.regions[0].blocks[0]
-        ops = list(block.operations)
-        kept = [r for op in ops[:-1] for r in op.results]
-        keep = func.FuncOp("__opfuse_keep", ([v.type for v in kept], []), visibility="private")
-        with ir.InsertionPoint(ops[-1]):
-            func.CallOp([], "__opfuse_keep", kept)
+        fn = func.FuncOp("__opfuse_scratch", ([v.type for v in operands], []))
+        entry = fn.add_entry_block()
+        keep_types = [r.type for op in named for r in op.results]
+        func.FuncOp("__opfuse_keep", (keep_types, []), visibility="private")
+        clones = []
+        with ir.InsertionPoint(entry):
+            for op in named:
+                clone = op.clone()
+                for i, v in enumerate(op.operands):
+                    clone.operands[i] = entry.arguments[operands[v]]
+                clones.append(clone)
+            func.CallOp([], "__opfuse_keep", [r for c in clones for r in c.results])
+            func.ReturnOp([])
     PassManager.parse("builtin.module(func.func(linalg-generalize-named-ops))", ctx).run(scratch.operation)
-    twins = iter(op.operation for op in twin.regions[0].blocks[0].operations
-                 if op.operation.name not in ("arith.constant", "func.call"))
-    aligned = [None if op.operation.name == "arith.constant" else next(twins)
-               for op in func_op.regions[0].blocks[0].operations]
-    del keep
-    return aligned, scratch
+    body = [o.operation for o in fn.regions[0].blocks[0].operations]
+    generalized = [o for o in body if o.name not in ("func.call", "func.return", "arith.constant")]
+    if len(generalized) != len(named):  # the pass folded something away: be conservative
+        return scratch, {}
+    return scratch, dict(zip(named, generalized))
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def op_key(op: ir.Operation) -> int:
+    """The address of the C++ operation: stable for the op's lifetime. (The bindings' own
+    hash of an Operation changes when an attribute is set, so it cannot key a cache.)"""
+    return _capsule_pointer(op._CAPIPtr, b"mlir.ir.Operation._CAPIPtr")
+
+
+# Op descriptions survive from pass to pass within one pipeline run, like an analysis that
+# MLIR's AnalysisManager preserves: the fusion passes only add attributes, so an op's kind,
+# maps and payload do not change. Keys are op addresses (``op_key``); each entry is checked
+# against the op's name, a pass that erases an op forgets it, and the pipeline drops the
+# whole cache after any upstream pass, which may rewrite anything.
+_CACHE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("opfuse_opinfo", default=None)
+
+
+@contextlib.contextmanager
+def info_cache() -> Iterator[dict]:
+    """Keep op descriptions for the duration of the block (one pipeline run)."""
+    cache: dict = {}
+    token = _CACHE.set(cache)
+    try:
+        yield cache
+    finally:
+        _CACHE.reset(token)
+
+
+def forget(op: ir.Operation) -> None:
+    """Drop ``op`` from the cache before erasing it (its address may be reused)."""
+    cache = _CACHE.get()
+    if cache is not None:
+        cache.pop(op_key(op), None)
+
+
+def invalidate_cache() -> None:
+    cache = _CACHE.get()
+    if cache is not None:
+        cache.clear()
+
+
+def _is_keep_call(op: ir.Operation) -> bool:
+    return op.name == "func.call" and op.attributes["callee"].value == "__opfuse_keep"
+
+
+def describe_all(func_op: ir.Operation, ops: list[ir.Operation]) -> list[OpInfo]:
+    """Descriptions of ``ops`` (the top-level ops of ``func_op``), from the cache where
+    possible; the function is generalized only when some op is new."""
+    cache = _CACHE.get()
+    infos: list[OpInfo | None] = [None] * len(ops)
+    missing = False
+    keys = [op_key(op) for op in ops] if cache is not None else []
+    if cache is not None:
+        for i, op in enumerate(ops):
+            hit = cache.get(keys[i])
+            if hit is not None and hit[0] == op.name:
+                infos[i] = hit[1]
+            else:
+                missing = True
+    if cache is None or missing:
+        todo = [i for i, info in enumerate(infos) if info is None]
+        twins, scratch = generalize([ops[i] for i in todo])  # scratch keeps the twins alive
+        for i, twin in zip(todo, twins):
+            infos[i] = describe(ops[i], twin)
+            if cache is not None:
+                cache[keys[i]] = (ops[i].name, infos[i])
+        del scratch
+    return infos  # type: ignore[return-value]
 
 
 def describe(op: ir.Operation, twin: ir.Operation | None) -> OpInfo:
     """Classify ``op`` using its generalized ``twin``."""
+    info = _describe(op, twin)
+    info.result_elem_bytes = max([element_bytes(r.type) for r in op.results] or [4])
+    return info
+
+
+def _describe(op: ir.Operation, twin: ir.Operation | None) -> OpInfo:
     name = op.name
     if name in _FREE_OPS:
         return OpInfo(OpKind.FREE)
@@ -117,33 +225,83 @@ def describe(op: ir.Operation, twin: ir.Operation | None) -> OpInfo:
     return _describe_generic(op, twin)
 
 
+# Maps, iterator attributes and types are uniqued in their context, so what is derived from
+# them is computed once per distinct map or type (a 10,000-op graph has a handful).
+_MAP_DIMS: dict[ir.AffineMap, tuple[int | None, ...]] = {}
+_ITERATORS: dict[str, str] = {}
+_SHAPES: dict[ir.Type, tuple[int, ...]] = {}
+
+
+def _map_dims(amap: ir.AffineMap) -> tuple[int | None, ...]:
+    """Per result of ``amap``: the loop it indexes, or None for a constant/compound expr."""
+    dims = _MAP_DIMS.get(amap)
+    if dims is None:
+        dims = _MAP_DIMS[amap] = tuple(
+            e.position if isinstance(e, ir.AffineDimExpr) else None for e in amap.results)
+    return dims
+
+
+def _iterator(attr: ir.Attribute) -> str:
+    text = str(attr)
+    name = _ITERATORS.get(text)
+    if name is None:
+        name = _ITERATORS[text] = text.split("<")[-1].rstrip(">")
+    return name
+
+
+_MAPS_OF: dict[ir.Attribute, list[ir.AffineMap]] = {}
+_ITERATORS_OF: dict[ir.Attribute, tuple[str, ...]] = {}
+
+
+def _maps_of(attr: ir.Attribute) -> list[ir.AffineMap]:
+    maps = _MAPS_OF.get(attr)
+    if maps is None:
+        maps = _MAPS_OF[attr] = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(attr)]
+    return maps
+
+
+def _iterators_of(attr: ir.Attribute) -> tuple[str, ...]:
+    its = _ITERATORS_OF.get(attr)
+    if its is None:
+        its = _ITERATORS_OF[attr] = tuple(_iterator(a) for a in ir.ArrayAttr(attr))
+    return its
+
+
+def _static_shape(t: ir.Type) -> tuple[int, ...]:
+    shape = _SHAPES.get(t)
+    if shape is None:
+        shape = _SHAPES[t] = tuple(_shape(t))
+    return shape
+
+
 def _describe_generic(op: ir.Operation, g: ir.Operation) -> OpInfo:
-    g = g.opview  # linalg.GenericOp: inputs, outputs
-    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(g.attributes["indexing_maps"])]
-    iters = tuple(str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(g.attributes["iterator_types"]))
-    n_in = len(g.inputs)
+    attrs = g.attributes
+    maps = _maps_of(attrs["indexing_maps"])
+    iters = _iterators_of(attrs["iterator_types"])
+    operands = list(g.operands)
+    n_in = len(operands) - len(g.results)  # on tensors, one result per outs operand
     in_maps, out_maps = maps[:n_in], maps[n_in:]
     domain = [0] * len(iters)
-    for value, amap in zip(list(g.inputs) + list(g.outputs), maps):
-        shape = _shape(value.type)
-        for size, expr in zip(shape, amap.results):
-            if isinstance(expr, ir.AffineDimExpr):
-                domain[ir.AffineDimExpr(expr).position] = size
+    for value, amap in zip(operands, maps):
+        for size, pos in zip(_static_shape(value.type), _map_dims(amap)):
+            if pos is not None:
+                domain[pos] = size
     payload = _payload(g, n_in)
     flops = sum(1 for (n, _, _) in payload.ops if n not in _NO_FLOP)
     info = OpInfo(OpKind.OPAQUE, tuple(domain), iters, in_maps, out_maps, payload, flops)
-    info.kind = _kind_of_generic(op, g, info)
+    info.kind = _kind_of_generic(op, g.opview, info, operands[:n_in])
     return info
 
 
-def _kind_of_generic(op: ir.Operation, g: ir.Operation, info: OpInfo) -> OpKind:
+def _kind_of_generic(op: ir.Operation, g: ir.Operation, info: OpInfo,
+                     inputs: list[ir.Value]) -> OpKind:
     if "reduction" in info.iterators:
         if op.name in ("linalg.matmul", "linalg.batch_matmul") or linalg.isa_contraction_op(g):
             return OpKind.CONTRACTION
         return OpKind.REDUCTION
     if not all(m.is_permutation for m in info.output_maps):
         return OpKind.OPAQUE
-    tensor_inputs = [m for v, m in zip(g.inputs, info.input_maps) if isinstance(v.type, ir.ShapedType)]
+    tensor_inputs = [m for v, m in zip(inputs, info.input_maps) if isinstance(v.type, ir.ShapedType)]
     is_copy = len(info.payload.ops) == 0 and info.payload.yields == [0] and len(tensor_inputs) == 1
     if is_copy:
         m = info.input_maps[0]
@@ -204,8 +362,18 @@ def element_bytes(t: ir.Type) -> int:
     return 4
 
 
+_BYTES: dict[ir.Type, int] = {}  # types are uniqued and immortal in their context
+
+
 def tensor_bytes(t: ir.Type) -> int:
     """Bytes of a statically shaped tensor; 0 for scalars."""
+    n = _BYTES.get(t)
+    if n is None:
+        n = _BYTES[t] = _tensor_bytes(t)
+    return n
+
+
+def _tensor_bytes(t: ir.Type) -> int:
     if not isinstance(t, ir.ShapedType):
         return 0
     if not t.has_static_shape:

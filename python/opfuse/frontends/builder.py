@@ -296,6 +296,7 @@ class Graph:
         self.outputs: list[Tensor] = []
         self._nodes: list[_Node] = []  # in creation order, which is a topological order
         self._used_names: set[str] = set()
+        self._next_suffix: dict[str, int] = {}
         self._scopes: list[str] = []
 
     # ----------------------------------------------------------------- graph edges
@@ -637,10 +638,14 @@ class Graph:
     # ----------------------------------------------------------------- naming
 
     def _unique(self, base: str) -> str:
-        name, k = base, 0
+        # remember the last suffix per base: probing from 0 every time made building an
+        # n-op graph quadratic
+        k = self._next_suffix.get(base, 0)
+        name = base if k == 0 else f"{base}_{k}"
         while name in self._used_names:
             k += 1
             name = f"{base}_{k}"
+        self._next_suffix[base] = k + 1
         self._used_names.add(name)
         return name
 
