@@ -41,7 +41,7 @@ def format_location(loc: ir.Location) -> str:
             return f"{loc.filename}:{loc.start_line}:{loc.start_col}"
         if loc.is_a_name():
             child = format_location(loc.child_loc)
-            return f'"{loc.name_str}"' if child == "loc(unknown)" else child
+            return loc.name_str if child == "loc(unknown)" else child
         if loc.is_a_fused() and loc.locations:
             return format_location(loc.locations[0])
         if loc.is_a_callsite():

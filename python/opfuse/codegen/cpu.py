@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 from mlir import ir
+from mlir.dialects import linalg, tensor
 from mlir.dialects.transform import interpreter as transform_interpreter
 from mlir.passmanager import PassManager
 
@@ -165,6 +166,7 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True) -> ir.Module:
     _add_c_interfaces(copy)
     if fuse_kernels:
         fuse_kernel_functions(copy)
+    copy_shared_results(copy)
     interchange_matmuls(copy)
     run_pipeline(copy, LOWERING_PIPELINE)
     _check_lowered(copy)
@@ -263,6 +265,31 @@ def fuse_kernel_functions(module: ir.Module) -> None:
         _generalize_marked(module)
     for func in kernel_functions(module):
         run_pipeline(func, KERNEL_PIPELINE)
+
+
+def copy_shared_results(module: ir.Module) -> None:
+    """Give every result of every function its own tensor.
+
+    Folding inside a kernel can make two results one value (``min(x, x)`` folds to ``x``)
+    or a result an argument; after bufferization one buffer would then be returned twice,
+    which crashes ``buffer-results-to-out-params`` (a segfault, not a diagnostic). A copy
+    into a fresh tensor keeps results distinct.
+    """
+    for op in module.body.operations:
+        fn = op.operation
+        if fn.name != "func.func" or not fn.regions[0].blocks:
+            continue
+        block = fn.regions[0].blocks[0]
+        ret = list(block.operations)[-1].operation
+        args = set(block.arguments)
+        seen: set[ir.Value] = set()
+        for i, v in enumerate(list(ret.operands)):
+            if (v in seen or v in args) and isinstance(v.type, ir.RankedTensorType):
+                with ir.InsertionPoint(ret), ret.location:
+                    t = v.type
+                    empty = tensor.EmptyOp(list(t.shape), t.element_type)
+                    ret.operands[i] = linalg.copy(v, outs=[empty.result])
+            seen.add(v)
 
 
 def _mark_generalizable(func: ir.Operation) -> int:
