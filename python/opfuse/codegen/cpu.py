@@ -95,6 +95,10 @@ _LOWERING_STAGES = [
     "arith-expand{include-bf16}",
     # LLVM intrinsics first (exp, log, sqrt, rsqrt, powf, abs, ...), libm calls for what
     # has no intrinsic (tanh, erf, ...): both before func-to-llvm, which lowers the calls.
+    # tanh as exp arithmetic: libm's tanhf is a scalar call that LLVM cannot vectorize and
+    # that dominated elementwise chains (G2 fused: 1.57 s -> 0.22 s at 4096^2, same
+    # accuracy against the float64 reference: max error 1.2e-7).
+    "func.func(math-expand-ops{ops=tanh})",
     "convert-math-to-llvm",
     "convert-math-to-libm",
     "expand-strided-metadata",
@@ -167,6 +171,7 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True) -> ir.Module:
     if fuse_kernels:
         fuse_kernel_functions(copy)
     copy_shared_results(copy)
+    prefix_symbols(copy)
     interchange_matmuls(copy)
     run_pipeline(copy, LOWERING_PIPELINE)
     _check_lowered(copy)
@@ -265,6 +270,35 @@ def fuse_kernel_functions(module: ir.Module) -> None:
         _generalize_marked(module)
     for func in kernel_functions(module):
         run_pipeline(func, KERNEL_PIPELINE)
+
+
+#: Every function of the lowered module is renamed ``<prefix><name>``: the JIT resolves
+#: calls by symbol, so a user function named like a C library function it calls (``powf``,
+#: ``expf``, ``free``) would otherwise capture those calls (a crash, found with a graph
+#: named ``@powf``).
+SYMBOL_PREFIX = "opfuse_"
+
+
+def jit_symbol(name: str) -> str:
+    """The name function ``name`` has in the lowered module."""
+    return SYMBOL_PREFIX + name
+
+
+def prefix_symbols(module: ir.Module) -> None:
+    """Rename every function (and every call to it) to :func:`jit_symbol` of its name."""
+    ctx = module.context
+    for op in module.body.operations:
+        fn = op.operation
+        if fn.name == "func.func":
+            fn.attributes["sym_name"] = ir.StringAttr.get(jit_symbol(fn.attributes["sym_name"].value), ctx)
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "func.call":
+            callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+            op.attributes["callee"] = ir.FlatSymbolRefAttr.get(jit_symbol(callee), ctx)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
 
 
 def copy_shared_results(module: ir.Module) -> None:

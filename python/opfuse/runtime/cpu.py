@@ -23,6 +23,7 @@ from mlir.execution_engine import ExecutionEngine
 
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 from ..ir import collect_diagnostics
+from ..codegen.cpu import jit_symbol
 from .executable import Signature, find_entry, signature_of
 
 #: Runtime libraries the JIT code may call: memrefCopy (strided memref.copy) from the C
@@ -125,7 +126,7 @@ class CpuProgram:
                     exit_code=EXIT_INTERNAL_ERROR,
                 ) from None
         try:
-            self._func = self._engine.lookup(signature.name)
+            self._func = self._engine.lookup(jit_symbol(signature.name))
         except RuntimeError as e:
             raise OpfuseError(
                 f"cannot resolve @{signature.name} in the JIT module ({e}); "
@@ -174,7 +175,7 @@ class CpuProgram:
 
 def _check_c_interface(module: ir.Module, signature: Signature) -> None:
     # A mismatch here would otherwise be a wild write from JIT code, not an exception.
-    name = f"_mlir_ciface_{signature.name}"
+    name = f"_mlir_ciface_{jit_symbol(signature.name)}"
     want = len(signature.inputs) + len(signature.outputs)
     for op in module.body.operations:
         op = op.operation
