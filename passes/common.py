@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from mlir import ir
 
 from opfuse.analysis.graph import FuncGraph, functions
-from opfuse.analysis.groups import Planner
+from opfuse.analysis.groups import Group, Planner
 from opfuse.cost import GuardOptions
 
 
@@ -28,3 +28,20 @@ def plan_each_function(module: ir.Module, name: str, options: GuardOptions,
 
 def shape_str(shape: tuple[int, ...] | None) -> str:
     return "x".join(str(d) for d in shape) if shape else "scalar"
+
+
+def candidate_pairs(planner: Planner, accept: Callable[[Group, Group], bool]) -> Iterator[tuple[Group, Group]]:
+    """(producer group, consumer group) for every data edge, in block order of the consumer
+    (so producers are planned before their consumers), each pair of groups once, where
+    ``accept`` says the pass is concerned. Groups are looked up as merges happen."""
+    considered: set[tuple[int, int]] = set()
+    for node in planner.graph.nodes:
+        for v in node.reads:
+            p_index = planner.graph.producer.get(v)
+            if p_index is None:
+                continue
+            p, c = planner.group(p_index), planner.group(node.index)
+            if p is c or (p.gid, c.gid) in considered or not accept(p, c):
+                continue
+            considered.add((p.gid, c.gid))
+            yield p, c

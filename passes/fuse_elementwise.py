@@ -15,7 +15,7 @@ from mlir import ir
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import OpKind
 
-from .common import FusionOptions, plan_each_function, shape_str
+from .common import FusionOptions, candidate_pairs, plan_each_function, shape_str
 
 NAME = "opfuse-fuse-elementwise"
 _KINDS = frozenset({OpKind.ELEMENTWISE, OpKind.BROADCAST})
@@ -35,19 +35,9 @@ def _is_chain_group(g: Group) -> bool:
 
 
 def _plan(planner: Planner) -> None:
-    considered: set[tuple[int, int]] = set()
-    for node in planner.graph.nodes:  # block order: producers come first
-        for v in node.reads:
-            p_index = planner.graph.producer.get(v)
-            if p_index is None:
-                continue
-            p, c = planner.group(p_index), planner.group(node.index)
-            if p is c or not (_is_chain_group(p) and _is_chain_group(c)):
-                continue
-            if (p.gid, c.gid) in considered:
-                continue
-            considered.add((p.gid, c.gid))
-            if p.domain != c.domain:
-                planner.refuse(p, c, f"iteration spaces differ: {shape_str(p.domain)} vs {shape_str(c.domain)}")
-                continue
-            planner.try_merge(p, c)
+    accept = lambda p, c: _is_chain_group(p) and _is_chain_group(c)  # noqa: E731
+    for p, c in candidate_pairs(planner, accept):
+        if p.domain != c.domain:
+            planner.refuse(p, c, f"iteration spaces differ: {shape_str(p.domain)} vs {shape_str(c.domain)}")
+            continue
+        planner.try_merge(p, c)

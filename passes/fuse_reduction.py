@@ -18,7 +18,7 @@ from mlir import ir
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import OpKind
 
-from .common import FusionOptions, plan_each_function, shape_str
+from .common import FusionOptions, candidate_pairs, plan_each_function, shape_str
 
 NAME = "opfuse-fuse-reduction"
 
@@ -66,27 +66,17 @@ def _compatible(p: Group, c: Group, options: Options) -> str | None:
 
 
 def _plan(planner: Planner, options: Options) -> None:
-    considered: set[tuple[int, int]] = set()
-    for node in planner.graph.nodes:
-        for v in node.reads:
-            p_index = planner.graph.producer.get(v)
-            if p_index is None:
-                continue
-            p, c = planner.group(p_index), planner.group(node.index)
-            if p is c or not (_has_reduction(p) or _has_reduction(c)):
-                continue
-            if (p.gid, c.gid) in considered:
-                continue
-            considered.add((p.gid, c.gid))
-            why_not = _compatible(p, c, options)
-            if why_not is not None:
-                planner.refuse(p, c, why_not)
-                continue
-            if _has_reduction(p) and not _has_reduction(c) and c.domain == p.row_domain:
-                # glue over the reduced domain (mean = sum / n): judged together with the
-                # row-domain consumers it feeds, which is what fusing it enables
-                chain = [c] + [d for d in planner.consumer_groups(c)
-                               if d.is_loop and d.domain in (p.domain, p.row_domain)]
-                planner.try_merge_chain(p, chain, why="after reduction")
-                continue
-            planner.try_merge(p, c, why="into reduction" if _has_reduction(c) else "after reduction")
+    accept = lambda p, c: _has_reduction(p) or _has_reduction(c)  # noqa: E731
+    for p, c in candidate_pairs(planner, accept):
+        why_not = _compatible(p, c, options)
+        if why_not is not None:
+            planner.refuse(p, c, why_not)
+            continue
+        if _has_reduction(p) and not _has_reduction(c) and c.domain == p.row_domain:
+            # glue over the reduced domain (mean = sum / n): judged together with the
+            # row-domain consumers it feeds, which is what fusing it enables
+            chain = [c] + [d for d in planner.consumer_groups(c)
+                           if d.is_loop and d.domain in (p.domain, p.row_domain)]
+            planner.try_merge_chain(p, chain, why="after reduction")
+            continue
+        planner.try_merge(p, c, why="into reduction" if _has_reduction(c) else "after reduction")
