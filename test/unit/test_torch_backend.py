@@ -1,0 +1,438 @@
+"""opfuse.torch: ``opfuse.torch.compile`` and ``torch.compile(backend="opfuse")`` against torch
+eager on the CPU backend, the eager fallbacks, the entry point and the seed demo.
+
+Numerics: max |opfuse - eager| <= TOL[dtype] * max |eager|, both run on this machine's CPU.
+* f32: 1e-5 (measured worst 1.1e-6, RMSNorm+SwiGLU).
+* f16: 2e-2 and bf16: 1e-1 (measured worst 6.6e-3 / 8.8e-2, softmax over 256 columns). These
+  are loose on purpose and say so: the imported IR accumulates reductions and matmuls in the
+  storage dtype where torch accumulates in float32 (torch's own error against float64 on
+  the same models is 3e-4..8e-4 for f16 and 2e-3..7e-3 for bf16).
+  ``test_half_precision_accumulates_like_torch`` records that gap as an expected failure.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+import opfuse.api  # noqa: E402
+import opfuse.torch  # noqa: E402
+from opfuse.errors import OpfuseError  # noqa: E402
+from opfuse.frontends.torch import UnsupportedOpError  # noqa: E402
+from opfuse.runtime.executable import Executable  # noqa: E402
+from opfuse import torch_backend  # noqa: E402
+from opfuse.torch_backend import opfuse_backend  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+TOL = {"f32": 1e-5, "f16": 2e-2, "bf16": 1e-1}
+# the pyproject.toml line is  opfuse = "opfuse.torch_backend:opfuse_backend"  under
+# [project.entry-points.torch_dynamo_backends]; entry_points.txt carries it unquoted
+ENTRY_POINT = "opfuse = opfuse.torch_backend:opfuse_backend"
+
+
+def _entry_point() -> Any:
+    eps = importlib.metadata.entry_points(group="torch_dynamo_backends")
+    return next((ep for ep in eps if ep.name == "opfuse"), None)
+
+
+HAVE_ENTRY_POINT = _entry_point() is not None
+
+# --------------------------------------------------------------------------- models
+
+
+def seed_mlp(d: int = 256) -> nn.Module:
+    """The seed's demo model: Linear(d,d) -> GELU -> Linear(d,d) -> GELU."""
+    return nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.GELU())
+
+
+class Softmax(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+class Attention(nn.Module):
+    """softmax(Q Kᵀ / sqrt(d)) V written with matmuls."""
+
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+
+class RMSNormSwiGLU(nn.Module):
+    def __init__(self, d: int = 256, hidden: int = 512):
+        super().__init__()
+        self.norm = nn.RMSNorm(d, eps=1e-6)
+        self.gate = nn.Linear(d, hidden, bias=False)
+        self.up = nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class CumSum(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, dim=1) * 2
+
+
+def encoder_layer() -> nn.Module:
+    return nn.TransformerEncoderLayer(d_model=256, nhead=4, batch_first=True)
+
+
+# name -> (model factory, input shapes); the seed MLP and the encoder layer at the sizes the
+# issue fixes, the rest small (the file must stay fast on two cores).
+MODELS: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
+    "seed_mlp": (seed_mlp, [(2048, 256)]),
+    "layernorm": (lambda: nn.LayerNorm(256), [(64, 256)]),
+    "softmax": (Softmax, [(64, 256)]),
+    "attention": (Attention, [(2, 4, 32, 32)] * 3),
+    "rmsnorm_swiglu": (RMSNormSwiGLU, [(64, 256)]),
+    "encoder_layer": (encoder_layer, [(2, 16, 256)]),
+}
+HALF_SHAPES = {"seed_mlp": [(256, 256)]}
+
+
+def _make(name: str, dtype: str = "f32") -> tuple[nn.Module, tuple]:
+    torch.manual_seed(0)
+    factory, shapes = MODELS[name]
+    if dtype != "f32":
+        shapes = HALF_SHAPES.get(name, shapes)
+    model = factory().eval().to(DTYPES[dtype])
+    return model, tuple(torch.randn(*s).to(DTYPES[dtype]) for s in shapes)
+
+
+def _assert_close(got: Any, want: Any, dtype: str) -> None:
+    assert isinstance(got, torch.Tensor) and got.dtype == want.dtype, (type(got), want.dtype)
+    assert got.shape == want.shape
+    err = (got.double() - want.double()).abs().max().item()
+    scale = want.double().abs().max().item()
+    assert err <= TOL[dtype] * scale, f"max error {err:.3g} > {TOL[dtype]} * {scale:.3g}"
+
+
+@pytest.fixture
+def dynamo(monkeypatch):
+    """``torch.compile(backend="opfuse")`` by name, counting opfuse compilations.
+
+    The name comes from the installed entry point; without it (package not reinstalled
+    since the entry point was added) it is registered here, so the by-name path still runs.
+    """
+    if not HAVE_ENTRY_POINT:
+        opfuse.torch.register()
+    torch._dynamo.reset()  # fresh caches: no recompile limit carried between tests
+    compiled = []
+    real = opfuse.api.compile
+
+    def counting(*args, **kwargs):
+        compiled.append(real(*args, **kwargs))
+        return compiled[-1]
+
+    monkeypatch.setattr(opfuse.api, "compile", counting)
+    yield compiled
+    torch._dynamo.reset()
+
+
+# --------------------------------------------------------------------------- numerics
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_opfuse_torch_compile_matches_eager(name: str):
+    model, inputs = _make(name)
+    compiled = opfuse.torch.compile(model, inputs, backend="cpu")
+    with torch.no_grad():
+        _assert_close(compiled(*inputs), model(*inputs), "f32")
+    totals = compiled.report["totals"]
+    assert totals["after"]["kernels"] < totals["before"]["kernels"]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_torch_compile_backend_matches_eager(name: str, dynamo):
+    model, inputs = _make(name)
+    fast = torch.compile(model, backend="opfuse", options={"backend": "cpu"})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", opfuse.torch.FallbackWarning)
+        # under no_grad the encoder layer is Dynamo-captured as its fused native kernel,
+        # which the backend rewrites to plain ops: still compiled, no fallback
+        got = fast(*inputs)
+        want = model(*inputs)
+    assert len(dynamo) == 1  # one graph, compiled by opfuse
+    _assert_close(got, want, "f32")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", ["seed_mlp", "layernorm", "softmax"])
+def test_half_precision_matches_eager(name: str, dtype: str):
+    model, inputs = _make(name, dtype)
+    compiled = opfuse.torch.compile(model, inputs, backend="cpu")
+    with torch.no_grad():
+        _assert_close(compiled(*inputs), model(*inputs), dtype)
+
+
+def test_bf16_through_torch_compile(dynamo):
+    model, inputs = _make("seed_mlp", "bf16")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", opfuse.torch.FallbackWarning)
+        got = torch.compile(model, backend="opfuse")(*inputs)
+        _assert_close(got, model(*inputs), "bf16")
+    assert len(dynamo) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="reductions accumulate in bf16 in the imported IR; "
+                   "torch accumulates in float32 (softmax over 256: 8.8e-2 vs 2.2e-3)")
+def test_half_precision_accumulates_like_torch():
+    model, (x,) = _make("softmax", "bf16")
+    compiled = opfuse.torch.compile(model, (x,), backend="cpu")
+    with torch.no_grad():
+        truth = torch.softmax(x.double(), dim=-1)
+        eager_err = (model(x).double() - truth).abs().max().item()
+        opfuse_err = (compiled(x).double() - truth).abs().max().item()
+    assert opfuse_err <= 4 * eager_err
+
+
+# --------------------------------------------------------------------------- the wrapper
+
+
+def test_parameters_are_read_at_call_time():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.GELU(), nn.LayerNorm(16)).eval()
+    x = torch.randn(8, 16)
+    compiled = opfuse.torch.compile(model, (x,), backend="cpu")
+    with torch.no_grad():
+        model[0].weight.mul_(2)  # in place
+        _assert_close(compiled(x), model(x), "f32")
+        model[0].bias = nn.Parameter(torch.randn(16))  # a new Parameter object
+        _assert_close(compiled(x), model(x), "f32")
+        model.load_state_dict({k: torch.randn_like(v) for k, v in model.state_dict().items()})
+        _assert_close(compiled(x), model(x), "f32")
+
+
+class Structured(nn.Module):
+    """Two inputs, a buffer, and a nested output structure."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.register_buffer("shift", torch.ones(8))
+
+    def forward(self, x, y):
+        h = self.lin(x)
+        return h.relu(), {"sum": h + y + self.shift, "pair": (y.exp(), h * 2)}
+
+
+@pytest.mark.parametrize("path", ["opfuse.torch.compile", "torch.compile"])
+def test_output_structure_is_the_models(path: str, dynamo):
+    torch.manual_seed(0)
+    model, x, y = Structured().eval(), torch.randn(4, 8), torch.randn(4, 8)
+    if path == "torch.compile":
+        fast = torch.compile(model, backend="opfuse")
+    else:
+        fast = opfuse.torch.compile(model, (x, y), backend="cpu")
+    with torch.no_grad():
+        model.shift.fill_(3.0)  # buffers are read at call time too
+        got, want = fast(x, y), model(x, y)
+    flat_got, spec_got = torch.utils._pytree.tree_flatten(got)
+    flat_want, spec_want = torch.utils._pytree.tree_flatten(want)
+    assert spec_got == spec_want
+    for g, w in zip(flat_got, flat_want):
+        _assert_close(g, w, "f32")
+
+
+def test_wrong_shape_or_arguments_are_clear_errors():
+    model = nn.Linear(8, 8).eval()
+    compiled = opfuse.torch.compile(model, (torch.randn(4, 8),), backend="cpu")
+    with torch.no_grad():
+        with pytest.raises(OpfuseError, match=r"input 0: compiled for torch.float32 \(4, 8\)"):
+            compiled(torch.randn(5, 8))
+        with pytest.raises(OpfuseError, match=r"takes 1 tensor\(s\), got Tensor, Tensor"):
+            compiled(torch.randn(4, 8), torch.randn(4, 8))
+        model.half()  # parameters changed dtype after compiling: named, not a wild call
+        with pytest.raises(OpfuseError, match=r"parameter 'weight': compiled for torch.float32"):
+            compiled(torch.randn(4, 8))
+
+
+def test_unsupported_op_is_an_error_for_opfuse_torch_compile():
+    with pytest.raises(UnsupportedOpError, match=r"aten\.cumsum"):
+        opfuse.torch.compile(CumSum(), (torch.randn(4, 8),))
+
+
+def test_recording_autograd_runs_eagerly():
+    torch.manual_seed(0)
+    model, x = seed_mlp(16).eval(), torch.randn(4, 16)
+    compiled = opfuse.torch.compile(model, (x,), backend="cpu")
+    with pytest.warns(opfuse.torch.FallbackWarning, match="autograd is recording"):
+        y = compiled(x)
+    assert y.grad_fn is not None
+    y.sum().backward()  # the user's training step still works
+    assert model[0].weight.grad is not None
+
+
+# --------------------------------------------------------------------------- fallbacks
+
+
+def test_unsupported_op_falls_back_with_a_warning(dynamo):
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(8, 8), CumSum()).eval(), torch.randn(4, 8)
+    with torch.no_grad():
+        with pytest.warns(opfuse.torch.FallbackWarning, match=r"aten\.cumsum\.default"):
+            got = torch.compile(model, backend="opfuse")(x)
+        want = model(x)
+    assert torch.equal(got, want)  # the graph ran eagerly: exactly torch's answer
+    assert dynamo == []
+
+
+def test_dynamic_shapes_fall_back_with_a_warning(dynamo):
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU()).eval()
+    fast = torch.compile(model, backend="opfuse", dynamic=True)
+    with torch.no_grad(), pytest.warns(opfuse.torch.FallbackWarning, match="static"):
+        for n in (3, 5):
+            x = torch.randn(n, 8)
+            assert torch.equal(fast(x), model(x))
+
+
+def test_opfuse_error_at_first_call_falls_back(dynamo, monkeypatch):
+    model, x = nn.Linear(8, 8).eval(), torch.randn(4, 8)
+
+    def broken(self, *arrays):
+        raise OpfuseError("cannot JIT-compile @forward for the CPU: (simulated)")
+
+    monkeypatch.setattr(Executable, "__call__", broken)
+    fast = torch.compile(model, backend="opfuse")
+    with torch.no_grad():
+        with pytest.warns(opfuse.torch.FallbackWarning, match="simulated"):
+            assert torch.equal(fast(x), model(x))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", opfuse.torch.FallbackWarning)
+            assert torch.equal(fast(x), model(x))  # stays eager, warned once
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_fast_path_decompositions_match_torch(norm_first: bool, activation: str):
+    """The plain-op rewrites of the fused inference kernels Dynamo captures under no_grad
+    (checked eagerly against torch's kernels: no compile needed)."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, activation=activation, norm_first=norm_first,
+                                       batch_first=True).eval()
+    x, attn = torch.randn(2, 8, 32), layer.self_attn
+    mha = (32, 4, attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight,
+           attn.out_proj.bias)
+    enc = (32, 4, *mha[2:], activation == "gelu", norm_first, layer.norm1.eps,
+           layer.norm1.weight, layer.norm1.bias, layer.norm2.weight, layer.norm2.bias,
+           layer.linear1.weight, layer.linear1.bias, layer.linear2.weight, layer.linear2.bias)
+    y = torch.randn(2, 8, 32)  # the native kernel wants q, k, v of one shape
+    with torch.no_grad():
+        _assert_close(torch_backend._encoder_layer_fwd(x, *enc),
+                      torch._transformer_encoder_layer_fwd(x, *enc), "f32")
+        for average in (True, False):
+            got = torch_backend._native_mha(x, y, y, *mha, average_attn_weights=average)
+            want = torch._native_multi_head_attention(x, y, y, *mha,
+                                                      average_attn_weights=average)
+            for g, w in zip(got, want):
+                _assert_close(g, w, "f32")
+        got, weights = torch_backend._native_mha(x, x, x, *mha, need_weights=False)
+        assert weights is None
+        _assert_close(got, torch._native_multi_head_attention(x, x, x, *mha)[0], "f32")
+
+
+# --------------------------------------------------------------------------- by name
+
+
+_BY_NAME = textwrap.dedent(
+    """
+    import warnings, torch
+    from torch import nn
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(32, 32), nn.GELU()).eval(), torch.randn(8, 32)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = torch.compile(model, backend="opfuse")(x)
+        want = model(x)
+    fallbacks = [w for w in seen if type(w.message).__name__ == "FallbackWarning"]
+    assert not fallbacks, fallbacks[0].message
+    err = (got - want).abs().max().item()
+    assert err < 1e-5, err
+    print("by name ok", err)
+    """
+)
+
+
+def _run_by_name(env_path: str | None = None) -> None:
+    env = None
+    if env_path is not None:
+        import os
+
+        env = {**os.environ, "PYTHONPATH": env_path}
+    out = subprocess.run([sys.executable, "-c", _BY_NAME], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and "by name ok" in out.stdout, out.stderr[-3000:]
+
+
+@pytest.mark.skipif(not HAVE_ENTRY_POINT, reason="the torch_dynamo_backends entry point is "
+                    "not installed yet (add it to pyproject.toml, then pip install -e .)")
+def test_entry_point_registers_the_backend_by_name():
+    ep = _entry_point()
+    assert ep.value == "opfuse.torch_backend:opfuse_backend"
+    assert ep.load() is opfuse_backend
+    _run_by_name()  # a fresh interpreter that never imports opfuse itself
+
+
+@pytest.mark.skipif(HAVE_ENTRY_POINT, reason="the installed entry point is tested instead")
+def test_entry_point_lines_work_before_they_are_installed(tmp_path: Path):
+    """The pyproject lines, as an installed package's entry_points.txt would carry them."""
+    dist = tmp_path / "opfuse_entry_point_check-0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: opfuse-entry-point-check\n"
+                                   "Version: 0.0\n")
+    (dist / "entry_points.txt").write_text(f"[torch_dynamo_backends]\n{ENTRY_POINT}\n")
+    _run_by_name(str(tmp_path))
+
+
+# --------------------------------------------------------------------------- packaging, demo
+
+
+def test_import_opfuse_does_not_import_torch():
+    code = textwrap.dedent(
+        """
+        import sys
+        import opfuse
+        assert "torch" not in sys.modules and "opfuse.torch" not in sys.modules
+        sys.modules["torch"] = None  # as if torch were not installed
+        try:
+            import opfuse.torch
+        except ImportError as e:
+            print("ok:", e)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "ok: opfuse.torch needs PyTorch: pip install 'opfuse[torch]'" in out.stdout, out.stderr
+
+
+def test_seed_mlp_example_prints_the_comparison():
+    cmd = [sys.executable, str(ROOT / "examples" / "seed_mlp.py"), "--batch", "256",
+           "--iters", "3", "--warmup", "1", "--no-inductor"]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    assert "on a 256x256 float32 input" in text
+    kernels = re.search(r"kernels: (\d+) before fusion -> (\d+) after fusion", text)
+    before, after = map(int, kernels.groups())
+    assert after < before
+    err = float(re.search(r"max \|opfuse - eager\| = (\S+)", text).group(1))
+    assert err < 1e-5
+    for row in (r"eager", r"opfuse\.torch\.compile \((cpu|cuda)\)", r'torch\.compile\("opfuse"\)'):
+        assert re.search(rf"^  {row}\s+[\d.]+ ms   speedup vs eager\s+[\d.]+x$", text, re.M), text
+    assert re.search(r"torch\.compile \(inductor\)\s+skipped", text), text
+    assert "FallbackWarning" not in out.stderr and "LeafSpec" not in out.stderr, out.stderr
