@@ -78,11 +78,18 @@ def _duplicate_producers(planner: Planner, options: Options) -> bool:
         reason = (f"recompute moves {q_dup} B < round trip {q_keep} B" if ok else
                   f"too many consumers ({len(consumers)} > max-duplicates {options.max_duplicates})"
                   if q_dup < q_keep else f"recompute moves {q_dup} B >= round trip {q_keep} B")
+        step, would = None, None
+        if ok:  # one duplication is one fusion for --fusion-fuel, however many copies
+            step = ledger.spend_fuel()
+            if step is None:
+                ok = False
+                reason, would = ledger.fuel_refusal()
         for c in consumers:
             first = graph.nodes[min(r for r in graph.readers(v) if planner.group(r) is c)]
             ledger.record(ledger.Decision(NAME, node.label, first.label,
                                           format_location(first.op.location), ok, reason,
-                                          action="duplicate", numbers=numbers))
+                                          action="duplicate", numbers=numbers,
+                                          would_fuse_with=would, step=step or None))
         if ok:
             _clone_into_consumers(node.op, v, consumers, planner)
             changed = True

@@ -4,6 +4,8 @@
     fuse-opt in.mlir --opfuse-fuse-elementwise="delta=0.2" --opfuse-outline
     fuse-opt in.mlir --pass-pipeline='builtin.module(opfuse-fuse-elementwise,canonicalize)'
     fuse-opt in.mlir --opfuse-report=text              # the fusion report instead of IR
+    fuse-opt in.mlir --opfuse-report=html -o report.html   # ... as a self-contained page
+    fuse-opt in.mlir --fusion-fuel=3                   # apply only the first 3 fusions
 
 Errors print as ``file:line:col: error: message`` on stderr; exit code 1 for bad input,
 2 for internal errors (never a Python traceback unless OPFUSE_DEBUG=1).
@@ -72,7 +74,7 @@ def _parse(job: Job, _: None) -> ir.Module:
 def _fuse(job: Job, module: ir.Module) -> ir.Module:
     if job.args.opfuse_report:
         job.before = pl.clone_module(module)
-    job.ledger = ledger_mod.Ledger()
+    job.ledger = ledger_mod.Ledger(fuel=job.args.fusion_fuel)
     try:
         job.pipeline.run(
             module, dump_dir=job.args.dump_dir, ledger=job.ledger, name=Path(job.filename).stem
@@ -163,7 +165,13 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
     p.add_argument("--emit", default="fused", metavar="STAGE",
                    help=f"stage to print: {', '.join(STAGES)} (default: fused)")
     p.add_argument("--opfuse-report", choices=list(render_mod.FORMATS), metavar="FORMAT",
-                   help="print the fusion report (text or json) instead of the IR")
+                   help="print the fusion report instead of the IR: text, json, or html (a "
+                   "self-contained page: the graph before and after fusion, the savings; "
+                   "use -o report.html)")
+    p.add_argument("--fusion-fuel", type=_fuel, metavar="N",
+                   help="apply only the first N fusions (merges and duplications, in "
+                   "decision order); later candidates are refused as 'fusion fuel exhausted'. "
+                   "For bisecting numerics: see fuse-run --bisect")
     p.add_argument("--opfuse-remarks", action="store_true",
                    help="print every fusion decision as an MLIR remark on stderr")
     p.add_argument("--dump-dir", metavar="DIR",
@@ -208,6 +216,16 @@ def _long_options(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
     return out
 
 
+def _fuel(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
 def _select_pipeline(args: argparse.Namespace, flags: list[tuple[str, str]]) -> pl.Pipeline:
     if args.pass_pipeline is not None and flags:
         raise OpfuseError("--pass-pipeline cannot be combined with individual pass flags "
@@ -247,7 +265,20 @@ def _process(job: Job) -> tuple[str | None, dict[str, Any] | None]:
         return _print_artifact(artifact, args.mlir_print_debuginfo), None
     from opfuse.report.summary import build_report  # noqa: PLC0415  (needs the cost model)
 
-    return None, build_report(job.before, job.get("fused"), job.ledger)
+    report = build_report(job.before, job.get("fused"), job.ledger,
+                          target=pipeline_target(job.pipeline))
+    report["source"] = job.filename
+    report["pipeline"] = str(job.pipeline)
+    return None, report
+
+
+def pipeline_target(pipeline: pl.Pipeline) -> str:
+    """The GPU the pipeline's fusion passes plan for (the first one that says)."""
+    for step in pipeline.steps:
+        target = getattr(getattr(step, "options", None), "target", None)
+        if isinstance(target, str):
+            return target
+    return "sm_90"
 
 
 def _internal(e: BaseException) -> OpfuseError:
@@ -310,10 +341,11 @@ def _assemble(args: argparse.Namespace, outputs: list[str], reports: list[dict[s
     """Chunks' outputs joined like mlir-opt's; JSON reports as one document (a list when
     the input was split)."""
     separator = oir.SPLIT_MARKER + "\n"
-    if args.opfuse_report == "json":
+    if args.opfuse_report in ("json", "html"):
         if not reports:
             return ""
-        return render_mod.render_json(reports if args.split_input_file else reports[0])
+        render = render_mod.FORMATS[args.opfuse_report]
+        return render(reports if args.split_input_file else reports[0])
     if args.opfuse_report:
         return separator.join(render_mod.render_text(r) for r in reports)
     return separator.join(outputs)

@@ -5,14 +5,21 @@
     fuse-run graph.mlir --inputs out/                      # replay out/in0.npy, in1.npy, ...
     fuse-run graph.mlir --repeat 0 --json                  # check only, as JSON
     fuse-run graph.mlir --disable-pass=opfuse-fuse-reduction --report=text
+    fuse-run graph.mlir --report out/                      # out/report.html, .json, .txt
+    fuse-run graph.mlir --bisect                           # the first fusion that changes results
 
 The baseline is the unfused program: the same module outlined one op per kernel
 (``opfuse.compile(..., fusion=False)``), lowered, compiled and run exactly like the fused
 one, so the two differ only by fusion. Both run once on the same inputs and their outputs
 are compared element by element; then both are timed, calls interleaved.
 
+``--fusion-fuel=N`` applies only the first N fusions to the fused program; ``--bisect``
+searches N for the first fusion whose program differs from the unfused one beyond the
+tolerance (assuming that once a fusion breaks the results, later ones do not repair them).
+
 Exit codes: 0 ok, 1 user error, 2 internal error, 3 fused and unfused outputs differ beyond
-the tolerance (the summary is printed, and --save-outputs written, before exiting).
+the tolerance (the summary is printed, and --save-outputs written, before exiting; with
+--bisect: the first fusion that makes them differ is printed).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import json
 import math
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +41,11 @@ from mlir import ir
 
 import opfuse
 from opfuse import ir as oir
+from opfuse import config
 from opfuse import pipeline as pl
 from opfuse.api import BACKENDS
 from opfuse.errors import EXIT_OK, OpfuseError
+from opfuse.report import ledger as ledger_mod
 from opfuse.report import render as render_mod
 from opfuse.runtime.executable import (
     Executable,
@@ -254,17 +264,59 @@ class Program:
 
 
 def build_program(
-    label: str, module: Any, inputs: Sequence[np.ndarray], **compile_args: Any
+    label: str,
+    module: Any,
+    inputs: Sequence[np.ndarray],
+    *,
+    fuel: int | None = None,
+    **compile_args: Any,
 ) -> Program:
     """Compile (``opfuse.compile``), JIT and bind ``inputs`` once: ``run()`` then calls the
-    compiled code only, writing the same output arrays each time."""
+    compiled code only, writing the same output arrays each time.
+
+    Args:
+        fuel: apply only the first ``fuel`` fusions (None: all).
+        **compile_args: for ``opfuse.compile``; with ``dump_dir``, the lowered CPU module is
+            dumped next to the pipeline's stages.
+    """
     t0 = time.perf_counter()
-    exe = opfuse.compile(module, **compile_args)
+    with ledger_mod.fuel_limit(fuel):
+        exe = opfuse.compile(module, **compile_args)
     # Executable has no public bind() yet; its programs do (the CPU program, and the cuda
     # runtime's contract in executable.py). Binding once keeps validation, marshalling and
     # the first touch of fresh output pages out of every timed call.
     run = exe._compiled().bind(*inputs)
-    return Program(label, exe, time.perf_counter() - t0, run)
+    compile_s = time.perf_counter() - t0
+    if compile_args.get("dump_dir") is not None and exe.backend == "cpu":
+        dump_stage(Path(compile_args["dump_dir"]), "cpu", exe.ir("cpu"))
+    return Program(label, exe, compile_s, run)
+
+
+def dump_stage(root: Path, stage: str, text: str) -> None:
+    """Add ``NN-<stage>.mlir`` after the pipeline's last step in the one run folder the
+    pipeline made under ``root`` (fuse-run gives every program a root of its own)."""
+    runs = [d for d in root.iterdir() if d.is_dir()] if root.is_dir() else []
+    if len(runs) != 1:
+        return
+    steps = [f for f in runs[0].glob("[0-9][0-9]-*.mlir")]
+    try:
+        (runs[0] / f"{len(steps):02d}-{stage}.mlir").write_text(text)
+    except OSError as e:
+        raise OpfuseError(f"cannot write the {stage} dump under {runs[0]}: {e.strerror}") from None
+
+
+def dump_folders(args: argparse.Namespace, stem: str) -> Path | None:
+    """A fresh folder for this fuse-run invocation under --dump-dir (or $OPFUSE_DUMP_DIR):
+    each program compiled gets a subfolder (``unfused``, ``fused``, ``fuel-N``) holding
+    the pipeline's dumps and the lowered CPU module, so nothing is ever overwritten."""
+    root = Path(args.dump_dir) if args.dump_dir else config.DUMP_DIR.path()
+    if root is None:
+        return None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"{stem}-fuse-run-", dir=root))
+    except OSError as e:
+        raise OpfuseError(f"cannot create dump folder in {root}: {e.strerror}") from None
 
 
 def time_interleaved(programs: Sequence[Program], repeat: int, warmup: int) -> None:
@@ -336,15 +388,24 @@ def _run(argv: list[str]) -> int:
         _make_folder(Path(args.save_outputs))
     inputs, inputs_from = _choose_inputs(args, signature)
 
-    common = dict(
-        backend=args.backend, target=args.target, entry=signature.name, dump_dir=args.dump_dir
-    )
+    dumps = dump_folders(args, Path(filename).stem if filename != "<stdin>" else "stdin")
+    common = dict(backend=args.backend, target=args.target, entry=signature.name)
     if pipeline is not None:
         fused_args: dict[str, Any] = dict(pipeline=pipeline)
     else:
         fused_args = dict(disable=tuple(args.disable_pass))
-    unfused = build_program("unfused", module, inputs, fusion=False, **common)
-    fused = build_program("fused", module, inputs, **common, **fused_args)
+
+    def where(name: str) -> dict[str, Any]:
+        return dict(dump_dir=dumps / name) if dumps is not None else {}
+
+    if args.bisect:
+        run = Bisection(args, filename, signature, inputs, inputs_from, module, where,
+                        {**common, **fused_args}, common)
+        return run.report(run.search())
+    unfused = build_program("unfused", module, inputs, fusion=False, **common, **where("unfused"))
+    fused = build_program("fused", module, inputs, fuel=args.fusion_fuel, **common,
+                          **fused_args, **where("fused"))
+    fused.exe.report["source"] = filename
 
     # The checked run, each program's first call: it also warms up the JIT code and the
     # output pages. Each program writes its own bound output arrays, so these stay valid
@@ -360,6 +421,8 @@ def _run(argv: list[str]) -> int:
     time_interleaved([unfused, fused], args.repeat, args.warmup)
 
     result = Result(args, filename, signature, inputs_from, unfused, fused, checks)
+    if args.report and args.report not in render_mod.FORMATS:
+        write_report_dir(Path(args.report), fused.exe.report)
     _print(result)
     if not result.ok:
         return cli.print_error(mismatch_error(result))
@@ -425,6 +488,16 @@ def _check_args(args: argparse.Namespace) -> None:
         args.seed = 0
     if args.json and args.report == "text":
         raise OpfuseError("--json embeds the fusion report as JSON: use --report=json with it")
+    if args.report == "html":
+        raise OpfuseError("--report html: the HTML report is written to a folder: "
+                          "--report DIR writes DIR/report.html, report.json and report.txt")
+    if args.bisect:
+        clash = [f for f, on in (("--fusion-fuel", args.fusion_fuel is not None),
+                                 ("--save-outputs", bool(args.save_outputs)),
+                                 ("--report", bool(args.report))) if on]
+        if clash:
+            raise OpfuseError(f"--bisect chooses the fuel itself and only compares: "
+                              f"drop {', '.join(clash)}")
 
 
 def mismatch_error(result: Result) -> OpfuseError:
@@ -444,6 +517,137 @@ def mismatch_error(result: Result) -> OpfuseError:
     return OpfuseError(message, diagnostics=[f"error: {message}", *lines], exit_code=EXIT_MISMATCH)
 
 
+# --- the fusion report as files -------------------------------------------------------------
+
+
+REPORT_FILES = {"report.html": "html", "report.json": "json", "report.txt": "text"}
+
+
+def write_report_dir(folder: Path, report: dict[str, Any]) -> None:
+    """``report.html``, ``report.json`` and ``report.txt`` in ``folder`` (created)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, fmt in REPORT_FILES.items():
+            (folder / name).write_text(render_mod.render(report, fmt), encoding="utf-8")
+    except OSError as e:
+        raise OpfuseError(f"--report: cannot write under {folder}: {e.strerror or e}") from None
+
+
+# --- bisection over the fusion fuel -------------------------------------------------------------
+
+
+@dataclass
+class Trial:
+    """One fused program compiled with ``fuel`` fusions, checked against the unfused one."""
+
+    fuel: int | None
+    checks: list[Comparison]
+    report: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def applied(self) -> int:
+        return max((d.get("step") or 0 for d in self.report["decisions"]), default=0)
+
+    def line(self) -> str:
+        fuel = "all" if self.fuel is None else str(self.fuel)
+        if self.ok:
+            return f"  fuel {fuel:>4}: ok"
+        bad = next(c for c in self.checks if not c.ok)
+        index = self.checks.index(bad)
+        return (f"  fuel {fuel:>4}: MISMATCH (output #{index}: {bad.mismatches} of "
+                f"{bad.elements} elements differ, max abs {_num(bad.max_abs)})")
+
+
+class Bisection:
+    """``fuse-run --bisect``: the smallest fuel N whose fused program differs from the
+    unfused one; the N-th fusion applied is the first that changes the results."""
+
+    def __init__(self, args: argparse.Namespace, filename: str, signature: Signature,
+                 inputs: list[np.ndarray], inputs_from: str, module: Any,
+                 where: Callable[[str], dict[str, Any]], fused_args: dict[str, Any],
+                 common: dict[str, Any]) -> None:
+        self.args, self.filename, self.signature = args, filename, signature
+        self.inputs, self.inputs_from, self.module = inputs, inputs_from, module
+        self.where, self.fused_args = where, fused_args
+        unfused = build_program("unfused", module, inputs, fusion=False, **common,
+                                **where("unfused"))
+        self.reference = [a.copy() for a in unfused.run()]
+        self.backend = unfused.exe.backend
+        self.trials: list[Trial] = []
+
+    def trial(self, fuel: int | None) -> Trial:
+        name = "fused" if fuel is None else f"fuel-{fuel}"
+        program = build_program(name, self.module, self.inputs, fuel=fuel, **self.fused_args,
+                                **self.where(name))
+        checks = [
+            compare(f, u, spec.element_type,
+                    *(self.args.tolerance or default_tolerance(spec.element_type)))
+            for f, u, spec in zip(program.run(), self.reference, self.signature.outputs)
+        ]
+        result = Trial(fuel, checks, program.exe.report)
+        self.trials.append(result)
+        return result
+
+    def search(self) -> int | None:
+        """The step of the first fusion that makes the outputs differ; 0 when they differ
+        with no fusion at all; None when the full fused program agrees."""
+        full = self.trial(None)
+        if full.ok:
+            return None
+        if not self.trial(0).ok:
+            return 0
+        lo, hi = 0, full.applied  # fuel lo agrees; fuel hi (all fusions: the full run) differs
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if not self.trial(mid).ok else (mid, hi)
+        return hi
+
+    def report(self, step: int | None) -> int:
+        # Planning is deterministic, so the full run's first N fusions are those of the run
+        # with fuel N: the culprit's ledger entries are read from the full run.
+        full = self.trials[0]
+        lines = [f"fuse-run --bisect: {self.filename} @{self.signature.name} on {self.backend}",
+                 f"inputs: {self.inputs_from}",
+                 f"fusions applied by the full pipeline: {full.applied}", "trials:"]
+        lines += [t.line() for t in self.trials]
+        doc: dict[str, Any] = {"file": self.filename, "entry": self.signature.name,
+                               "fusions": full.applied,
+                               "trials": [{"fuel": t.fuel, "ok": t.ok} for t in self.trials],
+                               "first_bad_fusion": None, "decisions": []}
+        error = None
+        if step is None:
+            lines.append(f"all {full.applied} fusions keep the outputs within the tolerance")
+        elif step == 0:
+            lines.append("the outputs differ with no fusion applied (fuel 0): the difference "
+                         "comes from the pipeline's other passes, not from a fusion")
+            error = OpfuseError("fused and unfused outputs differ even with --fusion-fuel=0",
+                                exit_code=EXIT_MISMATCH)
+        else:
+            culprit = [d for d in full.report["decisions"] if d.get("step") == step]
+            doc["first_bad_fusion"], doc["decisions"] = step, culprit
+            lines.append(f"first fusion that changes the results beyond the tolerance: "
+                         f"#{step} of {full.applied}")
+            lines += [f"  {render_mod.decision_line(d)}" for d in culprit]
+            lines.append(f"reproduce: fuse-run {self.filename} --fusion-fuel={step} (differs), "
+                         f"--fusion-fuel={step - 1} (agrees)")
+            what = culprit[0] if culprit else {}
+            error = OpfuseError(
+                f"fusion #{step} changes the results beyond the tolerance: "
+                f"[{what.get('pass_name', '?')}] {what.get('producer', '?')} -> "
+                f"{what.get('consumer', '?')} at {what.get('location', '?')}",
+                exit_code=EXIT_MISMATCH)
+        if self.args.json:
+            sys.stdout.write(json.dumps(_json_safe(doc), indent=2) + "\n")
+        else:
+            sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+        return cli.print_error(error) if error is not None else EXIT_OK
+
+
 # --- output -------------------------------------------------------------------------------
 
 
@@ -452,9 +656,12 @@ def _print(result: Result) -> None:
     if args.json:
         sys.stdout.write(json.dumps(_json_safe(summary_json(result)), indent=2) + "\n")
         return
-    if args.report:
+    if args.report in ("text", "json"):
         sys.stdout.write(render_mod.render(result.fused.exe.report, args.report) + "\n")
     sys.stdout.write("\n".join(summary_lines(result)) + "\n")
+    if args.report and args.report not in render_mod.FORMATS:
+        sys.stdout.write(f"report: {Path(args.report) / 'report.html'} "
+                         "(and report.json, report.txt)\n")
     sys.stdout.flush()
 
 
@@ -537,8 +744,10 @@ def summary_json(result: Result) -> dict[str, Any]:
     if f.times:
         doc["speedup"] = {"median": statistics.median(u.times) / statistics.median(f.times),
                           "min": min(u.times) / min(f.times)}
-    if args.report:
+    if args.report == "json":
         doc["report"] = f.exe.report
+    elif args.report:
+        doc["report_dir"] = str(args.report)
     return doc
 
 
@@ -678,12 +887,24 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
                    help=f"untimed calls of each before timing (default: {DEFAULT_WARMUP}: "
                    "the checked run, each program's first call, already warms it up)")
     g = p.add_argument_group("reports")
-    g.add_argument("--report", choices=list(render_mod.FORMATS), metavar="FORMAT",
-                   help="also print the fusion report: text or json")
+    g.add_argument("--report", metavar="FORMAT|DIR",
+                   help="also print the fusion report (text or json), or write it to the "
+                   "folder DIR as report.html (the graph before and after fusion, the "
+                   "savings), report.json and report.txt (a folder named text or json: "
+                   "./text)")
     g.add_argument("--json", action="store_true",
                    help="print the summary (every figure) as one JSON object instead")
     g.add_argument("--dump-dir", metavar="DIR",
-                   help="write each pipeline step's IR under DIR (one folder per program)")
+                   help="write each pipeline step's IR, the pipeline, the ledger and the "
+                   "lowered CPU module under DIR: a fresh folder per run, a subfolder per "
+                   f"program (default: ${config.DUMP_DIR.name})")
+    g = p.add_argument_group("fusion fuel (numerics debugging)")
+    g.add_argument("--fusion-fuel", type=_count, metavar="N",
+                   help="apply only the first N fusions to the fused program (merges and "
+                   "duplications, in decision order)")
+    g.add_argument("--bisect", action="store_true",
+                   help="find the first fusion that makes fused and unfused outputs differ "
+                   "beyond the tolerance (compiles about log2(fusions) programs; no timing)")
     cli.add_pipeline_arguments(p, registry, "fusion pipeline (of the fused program only)")
     return p
 

@@ -80,9 +80,8 @@ def compile(  # noqa: A001  (the public name the issue asks for)
     before = oir.parse_module(linalg_text, module.context)
     pipe = _choose_pipeline(pipeline, fusion, target, pass_options)
     ledger = pipe.run(module, dump_dir=dump_dir)
-    report = build_report(before, module, ledger)
+    report = build_report(before, module, ledger, target=target)
     report["pipeline"] = str(pipe)
-    report["target"] = target
     return Executable({"linalg": linalg_text, "fused": module}, entry,
                       backend=resolve_backend(backend), report=report)
 

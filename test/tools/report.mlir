@@ -23,3 +23,17 @@
 // RUN: fuse-opt %S/Inputs/add.mlir --split-input-file --opfuse-report=json | filecheck %s --check-prefix=LIST
 // LIST: [
 // LIST-NEXT: {
+
+// --opfuse-report=html -o FILE: one self-contained page (graph before/after, charts),
+// no URL anywhere (no network needed to view it).
+// RUN: fuse-opt %S/Inputs/add.mlir --opfuse-report=html -o %t.html
+// RUN: filecheck %s --check-prefix=HTML < %t.html
+// HTML: <!DOCTYPE html>
+// HTML-NOT: {{https?:|src=}}
+// HTML: <figure class="view before">
+// HTML: <figure class="view after">
+// HTML: <svg class="graph-svg"
+// HTML: class="cluster kind-loop k0"
+// HTML: data-chart="bytes"
+// HTML: data-chart="launches"
+// HTML: </html>

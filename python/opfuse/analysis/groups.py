@@ -151,7 +151,9 @@ class Planner:
             self.refuse(p, c, f"would create a cycle through {via}")
             return False
         verdict = self.evaluate(p, c)
-        self._record(p, c, verdict.fuse, verdict.reason, verdict.numbers, verdict.would_fuse_with, why)
+        step = self._fuel(verdict)
+        self._record(p, c, verdict.fuse, verdict.reason, verdict.numbers, verdict.would_fuse_with, why,
+                     step=step)
         if verdict.fuse:
             self._union(p, c)
         return verdict.fuse
@@ -177,13 +179,26 @@ class Planner:
         verdict = cost.guard(merged.registers(), q_unfused, merged.q, self.options)
         verdict.numbers.update(w_fused=merged.flops, kernels=len(chain) + 1,
                                t_saved_s=cost.t_saved(len(chain) + 1, q_unfused - merged.q, self.target))
+        step = self._fuel(verdict)
         if not verdict.fuse:
             self._restore(saved)
         names = ", ".join(self.graph.nodes[g.last].label for g in chain[1:])
         reason = verdict.reason + (f" (together with {names})" if names else "")
         self._record(p, c, verdict.fuse, reason, verdict.numbers, verdict.would_fuse_with, why,
-                     consumer=consumer, producer=producer)
+                     consumer=consumer, producer=producer, step=step)
         return verdict.fuse
+
+    @staticmethod
+    def _fuel(verdict: cost.Verdict) -> int | None:
+        """Spend fusion fuel on a candidate the guard accepted: its step number, or (fuel
+        exhausted) turn the verdict into a refusal. Refused candidates cost nothing."""
+        if not verdict.fuse:
+            return None
+        step = ledger.spend_fuel()
+        if step is None:
+            verdict.fuse = False
+            verdict.reason, verdict.would_fuse_with = ledger.fuel_refusal()
+        return step or None
 
     def _snapshot(self, groups: list[Group]) -> list[Group]:
         return [Group(g.gid, list(g.members), dict(g.reads), dict(g.outputs), g.flops, g.peak,
@@ -308,7 +323,7 @@ class Planner:
 
     def _record(self, p: Group, c: Group, fused: bool, reason: str, numbers: dict,
                 would: str | None, why: str, consumer: Node | None = None,
-                producer: str | None = None) -> None:
+                producer: str | None = None, step: int | None = None) -> None:
         prod = producer or self.graph.nodes[p.last].label
         cons_node = consumer or self._consumer_node(p, c)
         ledger.record(ledger.Decision(
@@ -321,6 +336,7 @@ class Planner:
             action=why or "merge",
             numbers=numbers,
             would_fuse_with=would,
+            step=step,
         ))
 
     def _consumer_node(self, p: Group, c: Group) -> Node:

@@ -1,12 +1,19 @@
-"""Render a fusion report (see :mod:`opfuse.report.summary`) as text or JSON.
+"""Render a fusion report (see :mod:`opfuse.report.summary`) as text, JSON or HTML.
 
-Text, one fact per line so lit tests can FileCheck it::
+Text, one fact per line so lit tests can FileCheck it (lines whose figures the report
+lacks are left out)::
 
     kernels: 8 -> 1 (7 launches saved)
     bytes: 12.0 MiB -> 4.0 MiB (-66.7%)
     flops: 1.05 MFLOP -> 1.05 MFLOP
-    kernel fusion_0_loop: kind=loop members=3 flops=1.05 MFLOP bytes=4.0 MiB ai=0.25 regs=19
-    decision in.mlir:4:8: fused [fuse-elementwise] %0 -> %1: saving 0.50 > delta 0.10
+    ops: 8 in 1 function; decisions: 7 (7 fused, 0 refused)
+    t_saved: 22.8 us = 7 launches x T_launch 3 us + 8.0 MiB / B_mem 4.8 TB/s (sm_90)
+    kernel fusion_0_loop: kind=loop members=3 flops=1.05 MFLOP bytes=4.0 MiB ai=0.25 regs=19 ...
+    decision in.mlir:4:8: fused #1 [fuse-elementwise] %0 -> %1: saving 0.50 > delta 0.10
+    decision in.mlir:5:8: not fused [fuse-elementwise] %1 -> %2: R_fused 140 >= R_limit 128 ...
+
+HTML (:mod:`opfuse.report.html`): one self-contained page, the graph before and after
+fusion and the savings as charts.
 """
 
 from __future__ import annotations
@@ -40,6 +47,23 @@ def _change(before: float, after: float) -> str:
     return f"{(after - before) / before * 100:+.1f}%"
 
 
+def human_seconds(t: float) -> str:
+    """``850 ns``, ``22.8 us``, ``1.5 ms``, ``2.0 s``."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if abs(t) >= scale:
+            return f"{t / scale:.3g} {unit}"
+    return f"{t * 1e9:.3g} ns"
+
+
+def human_rate(bytes_per_s: float) -> str:
+    """``4.8 TB/s`` (decimal units, as datasheets give bandwidth)."""
+    value, unit = float(bytes_per_s), 0
+    units = ("B/s", "kB/s", "MB/s", "GB/s", "TB/s", "PB/s")
+    while abs(value) >= 1000 and unit < len(units) - 1:
+        value, unit = value / 1000, unit + 1
+    return f"{value:.3g} {units[unit]}"
+
+
 def _header(totals: dict[str, Any]) -> list[str]:
     before, after = totals["before"], totals["after"]
     saved = before["kernels"] - after["kernels"]
@@ -50,6 +74,24 @@ def _header(totals: dict[str, Any]) -> list[str]:
         f"({_change(before['bytes'], after['bytes'])})",
         f"flops: {human_flops(before['flops'])} -> {human_flops(after['flops'])}",
     ]
+
+
+def overview_line(o: dict[str, Any]) -> str:
+    funcs = f"{o['functions']} function{'s' if o['functions'] != 1 else ''}"
+    return (f"ops: {o['ops']} in {funcs}; decisions: {o['decisions']} "
+            f"({o['fused']} fused, {o['refused']} refused)")
+
+
+def estimate_line(e: dict[str, Any]) -> str:
+    """``t_saved: ... = N launches x T_launch ... + B / B_mem ... (target)``."""
+    return (f"t_saved: {human_seconds(e['t_saved_s'])} = {e['launches_saved']} launches x "
+            f"T_launch {human_seconds(e['t_launch_s'])} + {human_bytes(e['bytes_saved'])} / "
+            f"B_mem {human_rate(e['b_mem_bytes_per_s'])} ({e['target']})")
+
+
+def ptxas_line(p: dict[str, Any]) -> str:
+    return (f"ptxas: {p['kernels_measured']} kernels measured ({p.get('arch') or '?'}), "
+            f"max {p['registers_max']} registers, {human_bytes(p['spill_bytes'])} spilled")
 
 
 def _kernel_line(row: dict[str, Any]) -> str:
@@ -65,12 +107,20 @@ def _kernel_line(row: dict[str, Any]) -> str:
         fields.append(f"ai={row['ai']:.3g}")
     if row.get("regs") is not None:
         fields.append(f"regs={row['regs']}")
+    if row.get("registers") is not None:
+        fields.append(f"regs={row['registers']}")
+    if row.get("registers_measured") is not None:
+        fields.append(f"regs_ptxas={row['registers_measured']}")
+    if row.get("bytes_saved") is not None:
+        fields.append(f"saved={human_bytes(row['bytes_saved'])}")
     return f"kernel {row.get('name', '?')}: {' '.join(fields)}"
 
 
 def decision_line(d: dict[str, Any]) -> str:
     """``Decision.remark()``, shorter: no ``remark:``, no ``opfuse-`` prefix on the pass."""
     verdict = "fused" if d["fused"] else "not fused"
+    if d["fused"] and d.get("step"):
+        verdict += f" #{d['step']}"
     pass_name = d["pass_name"].removeprefix("opfuse-")
     action = " (duplicate)" if d.get("action") == "duplicate" else ""
     text = (
@@ -85,6 +135,12 @@ def decision_line(d: dict[str, Any]) -> str:
 def render_text(report: dict[str, Any]) -> str:
     """The report as lines of text (ends with a newline)."""
     lines = _header(report["totals"])
+    if report.get("overview"):
+        lines.append(overview_line(report["overview"]))
+    if report.get("estimate"):
+        lines.append(estimate_line(report["estimate"]))
+    if report.get("ptxas"):
+        lines.append(ptxas_line(report["ptxas"]))
     lines += [_kernel_line(row) for row in report.get("kernels", [])]
     lines += [decision_line(d) for d in report.get("decisions", [])]
     return "\n".join(lines) + "\n"
@@ -95,11 +151,22 @@ def render_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, sort_keys=True) + "\n"
 
 
-FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {"text": render_text, "json": render_json}
+def render_html(report: dict[str, Any] | list[dict[str, Any]]) -> str:
+    """The report (or several, one section each) as one self-contained HTML page."""
+    from . import html  # noqa: PLC0415  (graph drawing: only loaded when asked for)
+
+    return html.render_html(report)
+
+
+FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "text": render_text,
+    "json": render_json,
+    "html": render_html,
+}
 
 
 def render(report: dict[str, Any], fmt: str = "text") -> str:
-    """Render with one of ``FORMATS`` (``text``, ``json``)."""
+    """Render with one of ``FORMATS`` (``text``, ``json``, ``html``)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format '{fmt}' (formats: {', '.join(FORMATS)})")
     return FORMATS[fmt](report)
