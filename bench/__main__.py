@@ -1,0 +1,131 @@
+"""``python -m bench``: run the benchmark and write bench.json, bench.md and the charts.
+
+    python -m bench                         # G1–G8 at their default scales, every peer found
+    python -m bench --graphs g2,g3 --scale 1
+    python -m bench --quick --out /tmp/b    # smoke: one small graph, seconds, no torch/jax
+    python -m bench my_graph.mlir           # a file too (opfuse fused vs unfused only)
+
+Exit status: 0 written; 1 bad arguments or input; 2 the document failed its own schema
+(written anyway, for inspection, as bench.invalid.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+_START = time.perf_counter()
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="*", metavar="FILE.mlir", help="extra graphs to benchmark")
+    p.add_argument("--graphs", help="G graphs to run, comma-separated names or prefixes "
+                   "(default: g1..g8; 'none' for files only)")
+    p.add_argument("--scale", help="divide sizes by N for every graph, or per graph: "
+                   "'g5=1,g7=4' (default: g5, g6, g7 at 2, the others full size)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder "
+                   f"(default: {DEFAULT_OUT})")
+    p.add_argument("--quick", action="store_true", help="smoke run: G2 at scale 64, numpy "
+                   "peer only, tiny scaling sizes; seconds (what CI runs)")
+    p.add_argument("--no-peers", action="store_true", help="skip torch and jax")
+    p.add_argument("--threads", type=int, default=1, help="threads for the peers (default 1, "
+                   "like opfuse's single-threaded CPU code; 0 = library defaults)")
+    p.add_argument("--budget", type=float, default=None, help="seconds of interleaved timing "
+                   "per graph (default 20; --quick 0.5)")
+    p.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "auto"),
+                   help="opfuse backend (default cpu)")
+    return p.parse_args(argv)
+
+
+def limit_threads(threads: int) -> None:
+    """Thread limits for numpy's BLAS, torch and XLA; must run before they are imported."""
+    if threads <= 0:
+        return
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    if threads == 1:
+        flags = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    limit_threads(args.threads)
+    # imported only now: numpy (via opfuse), torch and jax must see the thread limits
+    from opfuse.errors import OpfuseError
+
+    from . import cases as cases_mod
+    from . import output, runner, schema
+    from .peers import PEERS, discover
+
+    try:
+        cases = _cases(args, cases_mod)
+    except (ValueError, OSError) as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 1
+    skip = [p for p in PEERS if p != "numpy"] if (args.quick or args.no_peers) else []
+    peers, missing = discover(args.threads, skip)
+    print("peers found: " + (", ".join(f"{n} {p.version}" for n, p in peers.items()) or "none"))
+    for name, why in missing.items():
+        print(f"peer not available: {name}: {why}")
+    settings = _settings(args, runner)
+    try:
+        doc = runner.run(cases, peers, missing, settings, ["python", "-m", "bench", *sys.argv[1:]])
+    except OpfuseError as e:
+        print(f"bench: opfuse failed: {e}", file=sys.stderr)
+        return 1
+    doc["total_run_s"] = time.perf_counter() - _START
+    output.write_all(doc, args.out)
+    errors = schema.validate(doc)
+    if errors:
+        os.replace(args.out / output.JSON_NAME, args.out / "bench.invalid.json")
+        print("bench: the document does not match bench/schema.py:\n  " + "\n  ".join(errors[:20]),
+              file=sys.stderr)
+        return 2
+    _print_summary(doc, args.out)
+    return 0
+
+
+def _cases(args, cases_mod):
+    if args.quick:
+        graph = cases_mod.resolve_names(args.graphs)[0] if args.graphs else cases_mod.QUICK_GRAPH
+        found = cases_mod.builder_cases([graph], cases_mod.QUICK_SCALE, {})
+    else:
+        every, per = cases_mod.parse_scales(args.scale)
+        names = [] if args.graphs == "none" else cases_mod.resolve_names(args.graphs)
+        found = cases_mod.builder_cases(names, every, per)
+    return found + [cases_mod.file_case(f) for f in args.files]
+
+
+def _settings(args, runner):
+    if args.quick:
+        return runner.Settings(backend=args.backend, threads=args.threads,
+                               budget_s=args.budget or 0.5, block_s=0.02, min_rounds=3,
+                               max_rounds=10, scaling_sizes=(10, 30, 100),
+                               scaling_repeat=(1, 1), quick=True)
+    return runner.Settings(backend=args.backend, threads=args.threads,
+                           budget_s=args.budget or 20.0)
+
+
+def _print_summary(doc, out: Path) -> None:
+    s = doc["summary"]
+    g2 = s["g2_speedup"]
+    print(f"G2 speedup (unfused/fused): "
+          + (f"{g2:.2f}x" if isinstance(g2, float) else g2["not_available"]))
+    print(f"planning, {s['planning_largest_target_ops']}-op graph: "
+          f"{s['planning_largest_s']:.3f} s wall, {s['planning_largest_cpu_s']:.3f} s CPU; "
+          f"fitted exponent {s['planning_exponent']:.2f}")
+    print(f"all results match the reference: {s['all_correct']}")
+    print(f"total {doc['total_run_s']:.0f} s; wrote {out / 'bench.json'}, bench.md, "
+          + (", ".join(doc["files"]["charts"]) if isinstance(doc["files"]["charts"], list)
+             else "no charts"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
