@@ -45,7 +45,10 @@ class Options(FusionOptions):
 
 def run(module: ir.Module, options: Options = Options()) -> None:
     for func_op in functions(module):
-        planner = Planner(FuncGraph(func_op), NAME, options)
+        graph = FuncGraph(func_op)
+        if not any(node.kind in _MOVERS for node in graph.nodes):
+            continue  # nothing to move: leave the groups as they are
+        planner = Planner(graph, NAME, options)
         if options.duplicate and _duplicate_producers(planner, options):
             planner = Planner(FuncGraph(func_op), NAME, options)  # the IR changed
         _merge(planner)
