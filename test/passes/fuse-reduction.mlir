@@ -1,6 +1,16 @@
 // RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-reduction | filecheck %s
 // RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-reduction --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=REMARK
 // RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-reduction="fuse-consumers=false" | filecheck %s --check-prefix=NOCONS
+// The default pipeline, then the same with this pass switched off: kernels per function.
+// RUN: fuse-opt %s --split-input-file --opfuse-report=text | filecheck %s --check-prefix=ON
+// RUN: fuse-opt %s --split-input-file --disable-pass=opfuse-fuse-reduction --opfuse-report=text | filecheck %s --check-prefix=OFF
+// ON: kernels: 5 -> 1
+// ON: kernels: 3 -> 1
+// ON: kernels: 3 -> 2
+// OFF: kernels: 5 -> 4
+// OFF-NOT: [fuse-reduction]
+// OFF: kernels: 3 -> 3
+// OFF: kernels: 3 -> 3
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #rowv = affine_map<(d0, d1) -> (d0)>
