@@ -12,7 +12,9 @@ import importlib
 from types import ModuleType
 
 # Order here is only the registry's; the default pipeline's order lives in opfuse.pipeline.
-_MODULES = ("fuse_elementwise", "fuse_producer_consumer", "fuse_reduction", "outline")
+_MODULES = (
+    "fuse_elementwise", "fuse_producer_consumer", "fuse_reduction", "fuse_epilogue", "outline",
+)
 
 
 def registry() -> dict[str, ModuleType]:

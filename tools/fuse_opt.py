@@ -6,6 +6,8 @@
     fuse-opt in.mlir --opfuse-report=text              # the fusion report instead of IR
     fuse-opt in.mlir --opfuse-report=html -o report.html   # ... as a self-contained page
     fuse-opt in.mlir --fusion-fuel=3                   # apply only the first 3 fusions
+    fuse-opt in.mlir --emit=ptx --target=sm_80         # GPU kernels (kernels, nvvm, ptx, cubin)
+    fuse-opt in.mlir --emit=bundle -o g.opfuse         # AOT bundle (runs without MLIR)
 
 Errors print as ``file:line:col: error: message`` on stderr; exit code 1 for bad input,
 2 for internal errors (never a Python traceback unless OPFUSE_DEBUG=1).
@@ -86,11 +88,31 @@ def _fuse(job: Job, module: ir.Module) -> ir.Module:
     return module
 
 
+def _gpu(stage: str) -> Callable[[Job, Any], Any]:
+    """A GPU codegen stage (opfuse.codegen.stages), built from the fused module."""
+
+    def build(job: Job, module: ir.Module) -> Any:
+        from opfuse.codegen import stages as gpu_stages  # noqa: PLC0415  (loaded on demand)
+
+        if stage == "bundle":
+            targets = job.args.target.split(",") if job.args.target else ["sm_80", "sm_90"]
+            return gpu_stages.bundle_bytes(module, targets)
+        return getattr(gpu_stages, stage)(module, job.args.target or "sm_90")
+
+    return build
+
+
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in (
         Stage("linalg", None, "the input as parsed", _parse),
         Stage("fused", "linalg", "after the fusion pipeline (default)", _fuse),
+        Stage("kernels", "fused", "one gpu.launch per fused kernel (GPU codegen)", _gpu("kernels")),
+        Stage("nvvm", "fused", "the kernels lowered to the NVVM (LLVM) dialect", _gpu("nvvm")),
+        Stage("ptx", "fused", "PTX of every kernel", _gpu("ptx")),
+        Stage("cubin", "fused", "ptxas -v figures per kernel (needs ptxas)", _gpu("cubin")),
+        Stage("bundle", "fused", "AOT bundle: kernels, host schedule, CPU library (-o FILE)",
+              _gpu("bundle")),
     )
 }
 
@@ -103,7 +125,9 @@ def _chain(stage: str) -> list[str]:
     return names[::-1]
 
 
-def _print_artifact(artifact: Any, debug_info: bool) -> str:
+def _print_artifact(artifact: Any, debug_info: bool) -> str | bytes:
+    if isinstance(artifact, bytes):  # a bundle
+        return artifact
     if isinstance(artifact, ir.Module):
         text = oir.print_module(artifact, debug_info=debug_info)
     else:
@@ -178,6 +202,13 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
                    help="write each step's IR, pipeline.txt and ledger.json under DIR "
                    f"(default: ${config.DUMP_DIR.name})")
     p.add_argument("--mlir-print-debuginfo", action="store_true", help="print locations")
+    p.add_argument("--target", metavar="CHIP",
+                   help="GPU for the kernels/nvvm/ptx/cubin stages (sm_80, sm_90; default sm_90); "
+                   "for --emit=bundle a comma-separated list (default sm_80,sm_90)")
+    p.add_argument("--measure-registers", action="store_true",
+                   help="the fusion guard uses ptxas -v registers of each candidate kernel "
+                   "instead of the estimate (needs ptxas; default pipeline only), and the "
+                   "report gets every kernel's ptxas figures")
     group = p.add_argument_group(
         "opfuse passes (run in command-line order; --NAME=\"key=value ...\")"
     )
@@ -239,7 +270,8 @@ def _select_pipeline(args: argparse.Namespace, flags: list[tuple[str, str]]) -> 
         for name, options in flags:
             pipeline.append(pl.Pipeline.parse(f"{name}{{{options}}}" if options else name).steps[0])
         return pipeline
-    return pl.Pipeline.default(disable=args.disable_pass)
+    extra = {"measure_registers": True} if args.measure_registers else {}
+    return pl.Pipeline.default(disable=args.disable_pass, **extra)
 
 
 # --- driver ---------------------------------------------------------------------------
@@ -269,6 +301,14 @@ def _process(job: Job) -> tuple[str | None, dict[str, Any] | None]:
                           target=pipeline_target(job.pipeline))
     report["source"] = job.filename
     report["pipeline"] = str(job.pipeline)
+    if args.measure_registers:
+        from opfuse.codegen import stages as gpu_stages  # noqa: PLC0415
+        from opfuse.report.summary import attach_measured  # noqa: PLC0415
+
+        chip = args.target or pipeline_target(job.pipeline)
+        program = gpu_stages.program(job.get("fused"), (chip,), ptxas=True)
+        attach_measured(report, {k.name: {**k.resources[chip], "arch": chip}
+                                 for k in program.kernels.values() if chip in k.resources})
     return None, report
 
 
@@ -308,6 +348,9 @@ def _run(argv: list[str]) -> int:
             f"--opfuse-report needs the fusion pipeline: use --emit={args.emit} without it, "
             "or a stage from 'fused' on"
         )
+    if args.emit == "bundle" and (args.output == "-" or args.split_input_file):
+        raise OpfuseError("--emit=bundle writes one binary file: give -o FILE and no "
+                          "--split-input-file")
     pipeline = _select_pipeline(args, flags)
     text, filename = _read_input(args.input)
     chunks = oir.split_input(text) if args.split_input_file else [(text, 1)]
@@ -337,9 +380,11 @@ def _run(argv: list[str]) -> int:
     return status
 
 
-def _assemble(args: argparse.Namespace, outputs: list[str], reports: list[dict[str, Any]]) -> str:
+def _assemble(args: argparse.Namespace, outputs: list[Any], reports: list[dict[str, Any]]) -> str | bytes:
     """Chunks' outputs joined like mlir-opt's; JSON reports as one document (a list when
-    the input was split)."""
+    the input was split); a bundle as its bytes."""
+    if outputs and isinstance(outputs[0], bytes):
+        return outputs[0]
     separator = oir.SPLIT_MARKER + "\n"
     if args.opfuse_report in ("json", "html"):
         if not reports:
@@ -351,13 +396,16 @@ def _assemble(args: argparse.Namespace, outputs: list[str], reports: list[dict[s
     return separator.join(outputs)
 
 
-def _write_output(path: str, text: str) -> None:
+def _write_output(path: str, text: str | bytes) -> None:
     if path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
     try:
-        Path(path).write_text(text)
+        if isinstance(text, bytes):
+            Path(path).write_bytes(text)
+        else:
+            Path(path).write_text(text)
     except OSError as e:
         raise OpfuseError(f"cannot write {path}: {e.strerror}") from None
 

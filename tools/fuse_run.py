@@ -25,7 +25,6 @@ the tolerance (the summary is printed, and --save-outputs written, before exitin
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import statistics
@@ -327,6 +326,10 @@ def time_interleaved(programs: Sequence[Program], repeat: int, warmup: int) -> N
             p.run()
     for i in range(repeat):
         for p in programs if i % 2 == 0 else programs[::-1]:
+            device_time = getattr(p.run, "device_time", None)
+            if device_time is not None:  # cuda: kernels only, timed with CUDA events
+                p.times.append(device_time())
+                continue
             t0 = time.perf_counter()
             p.run()
             p.times.append(time.perf_counter() - t0)
@@ -371,11 +374,44 @@ class Result:
         return all(c.ok for c in self.checks)
 
 
+def _run_bundle(args: argparse.Namespace) -> int:
+    """``--bundle``: run an AOT bundle (no compiler involved) on --backend, compare it with
+    the bundle's CPU library, and time both."""
+    from opfuse.runtime import bundle as bundle_mod  # noqa: PLC0415
+    from opfuse.runtime import cuda  # noqa: PLC0415
+
+    if args.input == "-":
+        raise OpfuseError("--bundle needs the bundle's path")
+    b = bundle_mod.load(args.input)
+    backend = args.backend
+    if backend == "auto":
+        backend = "cuda" if cuda.available() else "cpu"
+    elif backend == "cuda":
+        try:
+            cuda.driver()
+        except OpfuseError as e:
+            raise OpfuseError(f"--backend cuda: {e}") from None
+    result = bundle_mod.check(b, backend, repeat=args.repeat, seed=args.seed or 0)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"fuse-run: bundle {args.input} @{b.entry} on {backend} ({len(b.kernels)} kernels)")
+        for i, o in enumerate(result.get("outputs", [])):
+            print(f"  output #{i}: max |{backend} - cpu| = {o['max_abs_err']:.3g} "
+                  f"{'ok' if o['ok'] else 'MISMATCH'}")
+        for key, t in result.items():
+            if key.startswith("time_"):
+                print(f"  {key[5:-2]}: min {t['min'] * 1e3:.3f} ms, median {t['median'] * 1e3:.3f} ms")
+    return EXIT_OK if result.get("ok", True) else EXIT_MISMATCH
+
+
 def _run(argv: list[str]) -> int:
     registry = pl.registry()
     parser = build_parser(registry)
     rest, flags = cli.take_pass_flags(argv, set(registry))
     args = parser.parse_args(cli.long_options(parser, rest))
+    if args.bundle:
+        return _run_bundle(args)
     _check_args(args)
     pipeline = cli.select_pipeline(args, flags)
     text, filename = cli.read_input(args.input)
@@ -481,9 +517,13 @@ def _callees(func: ir.Operation) -> list[str]:
 def _check_args(args: argparse.Namespace) -> None:
     if args.inputs is not None and args.seed is not None:
         raise OpfuseError("--seed has no effect with --inputs: give one or the other")
-    if args.backend == "cuda" and importlib.util.find_spec("opfuse.runtime.cuda") is None:
-        raise OpfuseError("--backend cuda: the CUDA runtime (opfuse.runtime.cuda) is not "
-                          "implemented yet; use --backend cpu (or auto, which picks cpu)")
+    if args.backend == "cuda":
+        from opfuse.runtime import cuda  # noqa: PLC0415  (imports no GPU library itself)
+
+        try:
+            cuda.driver()
+        except OpfuseError as e:
+            raise OpfuseError(f"--backend cuda: {e}") from None
     if args.seed is None:
         args.seed = 0
     if args.json and args.report == "text":
@@ -863,6 +903,9 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
     p.add_argument("input", nargs="?", default="-", help="input .mlir file, - for stdin (default)")
     p.add_argument("--entry", metavar="NAME",
                    help="function to run (default: the only public function)")
+    p.add_argument("--bundle", action="store_true",
+                   help="the input is an AOT bundle (fuse-opt --emit=bundle): run it on --backend "
+                   "and compare with its CPU library; no compiler needed")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="where to run: auto (cuda when usable, else cpu; default), cpu, cuda")
     p.add_argument("--target", default="sm_90",

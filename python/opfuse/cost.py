@@ -71,6 +71,9 @@ class GuardOptions:
     delta: float = 0.1
     r_limit: int = 0  # 0: the target's default_r_limit
     target: str = "sm_90"
+    # R_fused from ptxas -v on the candidate kernel, built by the GPU emitters (falls back
+    # to the estimate without ptxas); costs one kernel compilation per new candidate.
+    measure_registers: bool = False
 
     def resolved_r_limit(self) -> int:
         return self.r_limit or get_target(self.target).default_r_limit

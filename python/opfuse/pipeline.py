@@ -50,9 +50,11 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "opfuse-fuse-producer-consumer",
     # Reductions absorb the loop groups around them ("reduce while computing", and the
     # row consumers of softmax/layernorm) once those groups are final.
-    # (opfuse-fuse-epilogue goes after this one when it exists: matmul roots take the
-    # elementwise consumers the reductions did not claim.)
     "opfuse-fuse-reduction",
+    # Matmul roots take the elementwise consumers the reductions did not claim (bias, GELU,
+    # residual: the epilogue runs on the accumulators in registers). After the reductions,
+    # so that softmax after QK^T stays one row kernel instead of becoming a matmul epilogue.
+    "opfuse-fuse-epilogue",
     # Outlining last: it turns the final groups into functions and cannot be undone.
     "opfuse-outline",
 )

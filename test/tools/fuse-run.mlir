@@ -113,7 +113,7 @@ func.func @chain(%x: tensor<32x64xf32>, %b: tensor<32x64xf32>) -> tensor<32x64xf
 
 // Flag errors: exit code 1 and one line.
 // RUN: not fuse-run %s --backend cuda 2>&1 | filecheck %s --check-prefix=CUDA
-// CUDA: error: --backend cuda: the CUDA runtime (opfuse.runtime.cuda) is not implemented yet
+// CUDA: error: --backend cuda: cuda backend not available
 // RUN: not fuse-run %s --tolerance 1e-3 2>&1 | filecheck %s --check-prefix=TOL
 // TOL: error: argument --tolerance: expected RTOL,ATOL (two numbers), got '1e-3' (see fuse-run --help)
 // RUN: not fuse-run %s --inputs %t/first --seed 1 2>&1 | filecheck %s --check-prefix=SEED

@@ -21,20 +21,18 @@
 // RUN: fuse-opt %S/../../examples/g2_elementwise_chain.mlir --opfuse-fuse-elementwise="target=sm_80" --opfuse-outline --opfuse-report=text | filecheck %s --check-prefix=SM80
 // SM80: t_saved: {{[0-9.]+}} us = 5 launches x T_launch 4 us + 640.0 MiB / B_mem 2 TB/s (sm_80)
 
-// G1 (the seed MLP): matmuls alone, each bias + GELU chain one loop kernel.
+// G1 (the seed MLP): each bias + GELU chain is the epilogue of its matmul.
 // RUN: fuse-opt %S/../../examples/g1_mlp.mlir --opfuse-report=text | filecheck %s --check-prefix=G1
-// G1: kernels: 20 -> 4 (16 launches saved)
-// G1: ops: 20 in 1 function; decisions: 16 (16 fused, 0 refused)
-// G1-NEXT: t_saved: {{.*}} = 16 launches x T_launch 3 us + 72.0 MiB / B_mem 4.8 TB/s (sm_90)
-// G1-NEXT: kernel fusion_0_output: kind=output members=1 {{.*}} saved=0 B
-// G1-NEXT: kernel fusion_1_loop: kind=loop members=9 {{.*}} saved=36.0 MiB
-// G1-NEXT: kernel fusion_2_output: kind=output members=1 {{.*}} saved=0 B
-// G1-NEXT: kernel fusion_3_loop: kind=loop members=9 {{.*}} saved=36.0 MiB
+// G1: kernels: 20 -> 2 (18 launches saved)
+// G1: ops: 20 in 1 function; decisions: 19 (18 fused, 1 refused)
+// G1-NEXT: t_saved: {{.*}} = 18 launches x T_launch 3 us + 80.0 MiB / B_mem 4.8 TB/s (sm_90)
+// G1-NEXT: kernel fusion_0_output: kind=output members=10 {{.*}} saved=40.0 MiB
+// G1-NEXT: kernel fusion_1_output: kind=output members=10 {{.*}} saved=40.0 MiB
 // G1-NEXT: decision gelu1.pow: fused #1 [fuse-elementwise] fc1.bias -> gelu1.pow:
 
 // G6 (encoder layer): a producer duplicated into three kernels is one fusion, one step.
 // RUN: fuse-opt %S/../../examples/g6_encoder_layer.mlir --opfuse-report=text | filecheck %s --check-prefix=G6
-// G6: kernels: 69 -> 16 (53 launches saved)
+// G6: kernels: 69 -> 11 (58 launches saved)
 // G6: ops: 69 in 1 function; decisions: {{[0-9]+}} ({{[0-9]+}} fused, {{[0-9]+}} refused)
 // G6: kernel fusion_0_input: kind=input members=13
 // G6: decision ln1.mean.sum: fused #[[DUP:[0-9]+]] (duplicate) [fuse-producer-consumer] tokens -> ln1.mean.sum: recompute moves

@@ -151,7 +151,7 @@ def test_mismatch_exits_3_after_summary_and_saving(tmp_path, capsys):
         (["--tolerance", "nan,1"], "tolerances must be >= 0"),
         (["--repeat", "-2"], "argument --repeat: must be >= 0"),
         (["--json", "--report=text"], "--json embeds the fusion report as JSON"),
-        (["--backend", "cuda"], "--backend cuda: the CUDA runtime"),
+        (["--backend", "cuda"], "--backend cuda: cuda backend not available"),
         (["--entry", "nope"], "no function @nope"),
         (["--disable-pass=opfuse-nope"], "cannot disable opfuse-nope"),
         (["--pass-pipeline=builtin.module(opfuse-outline)", "--opfuse-outline"],

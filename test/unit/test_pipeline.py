@@ -91,6 +91,7 @@ def fake_registry(monkeypatch):
         "opfuse-fuse-elementwise": _module("opfuse-fuse-elementwise", GuardOpts, _tagger("opfuse-fuse-elementwise")),
         "opfuse-fuse-producer-consumer": _module("opfuse-fuse-producer-consumer", GuardOpts, _tagger("opfuse-fuse-producer-consumer")),
         "opfuse-fuse-reduction": _module("opfuse-fuse-reduction", GuardOpts, _tagger("opfuse-fuse-reduction")),
+        "opfuse-fuse-epilogue": _module("opfuse-fuse-epilogue", GuardOpts, _tagger("opfuse-fuse-epilogue")),
         "opfuse-outline": _module("opfuse-outline", OutlineOpts, _tagger("opfuse-outline")),
         "test-crash": _module("test-crash", OutlineOpts, _crash),
         "test-user-error": _module("test-user-error", OutlineOpts, _user_error),
@@ -438,7 +439,8 @@ def test_fuse_opt_pass_flags_in_command_line_order(tmp_path, capsys):
 
 def test_fuse_opt_default_pipeline_with_disable(tmp_path, capsys):
     assert _fuse_opt(tmp_path, "--disable-pass=opfuse-fuse-reduction", "--disable-pass", "opfuse-outline") == 0
-    assert [name for name, _ in RAN] == ["opfuse-fuse-elementwise", "opfuse-fuse-producer-consumer"]
+    assert [name for name, _ in RAN] == ["opfuse-fuse-elementwise", "opfuse-fuse-producer-consumer",
+                                         "opfuse-fuse-epilogue"]
     assert _fuse_opt(tmp_path, "--disable-pass=opfuse-outline", "--opfuse-outline") == 1
     assert "--disable-pass applies to the default pipeline only" in capsys.readouterr().err
 

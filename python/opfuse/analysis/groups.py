@@ -134,7 +134,14 @@ class Planner:
         """Ask the guard about merging producer group ``p`` into consumer group ``c``."""
         q_fused, q_inter = self.fused_q(p, c)
         merged = self._preview(p, c, q_fused)
-        verdict = cost.guard(merged.registers(), p.q + c.q, q_fused, self.options)
+        r_fused = estimate = merged.registers()
+        if getattr(self.options, "measure_registers", False):
+            from ..codegen.measure import group_registers  # noqa: PLC0415  (GPU codegen)
+
+            r_fused = group_registers(self, p, c) or estimate
+        verdict = cost.guard(r_fused, p.q + c.q, q_fused, self.options)
+        if r_fused != estimate:
+            verdict.numbers["r_estimate"] = estimate  # r_fused is ptxas's figure
         flops = p.flops + c.flops
         verdict.numbers.update(
             w_fused=flops,

@@ -263,13 +263,17 @@ class Executable:
         return tuple(s for s in STAGES if s in self._stages)
 
     def ir(self, stage: str) -> str:
-        """The module text of ``stage``; ``cpu`` is lowered on demand.
+        """The module text of ``stage``; ``cpu`` is lowered on demand for the cpu backend,
+        the GPU stages ``kernels``, ``nvvm`` and ``ptx`` for the cuda backend (any
+        Executable gets them from :meth:`gpu_program`; no GPU needed).
 
         Raises:
             OpfuseError: the stage is unknown or was not produced for this Executable.
         """
         if stage == "cpu" and stage not in self._stages and self.backend == "cpu":
             self._lower_cpu()
+        if stage in ("kernels", "nvvm", "ptx") and stage not in self._stages and self.backend == "cuda":
+            self.gpu_program()
         if stage not in self._stages:
             raise OpfuseError(
                 f"no {stage!r} stage in this Executable (have: {', '.join(self.stages)})"
@@ -301,6 +305,44 @@ class Executable:
             times.append(_time.perf_counter() - t0)
         return times
 
+    @property
+    def target(self) -> str:
+        """The GPU the program was planned for (``sm_90`` unless compile() said otherwise)."""
+        report = self.report if isinstance(self.report, dict) else {}
+        return str(report.get("target") or "sm_90")
+
+    def gpu_program(self, targets: Sequence[str] | None = None, **options: Any):
+        """The GPU kernels and host schedule (:class:`opfuse.codegen.gpu.GpuProgram`) of
+        this program, compiled for ``targets`` (default: :attr:`target`); cached per
+        targets. Needs no GPU: PTX always, cubins and ``ptxas -v`` figures when ptxas is
+        installed. ``options`` go to :func:`opfuse.codegen.gpu.compile_module`."""
+        from ..codegen.gpu import compile_module
+
+        key = (tuple(targets or (self.target,)), tuple(sorted(options.items())))
+        cache = self.__dict__.setdefault("_gpu_programs", {})
+        if key not in cache:
+            options.setdefault("want_nvvm", True)
+            program = compile_module(self._source, targets=key[0], entry=self.entry, **options)
+            cache[key] = program
+            chip = program.targets[0] if program.targets else None
+            self._stages.setdefault("kernels", program.kernels_ir)
+            if chip is not None:
+                self._stages.setdefault("nvvm", "\n".join(program.nvvm.get(chip, {}).values()))
+                self._stages.setdefault("ptx", program.ptx_text(chip))
+            if isinstance(self.report, dict):
+                _attach_gpu(self.report, program)
+        return cache[key]
+
+    def save_bundle(self, path, targets: Sequence[str] = ("sm_80", "sm_90"), **options: Any):
+        """Write the AOT bundle (kernels for ``targets``, host schedule, CPU library) to
+        ``path``; see :mod:`opfuse.runtime.bundle`. Returns the path."""
+        from ..codegen import bundle
+
+        program = self.gpu_program(targets, **{k: v for k, v in options.items() if k == "ptxas"})
+        report = self.report if isinstance(self.report, dict) else None
+        return bundle.write(path, self._source, targets=targets, program=program,
+                            entry=self.entry, report=_json_safe(report), **options)
+
     def _compiled(self):
         if self._program is None:
             if self.backend == "cpu":
@@ -329,16 +371,45 @@ class Executable:
         return f"Executable({self.signature}, backend={self.backend!r}, stages={list(self.stages)})"
 
 
+def _attach_gpu(report: dict, program: Any) -> None:
+    """Launch shapes and ``ptxas -v`` figures into the fusion report: ``report["gpu"]``
+    per chip, and the first chip's measured registers joined to the kernel rows."""
+    report.setdefault("gpu", {})
+    for chip in program.targets:
+        report["gpu"][chip] = [
+            {k: v for k, v in row.items() if k not in program.targets} | row.get(chip, {})
+            for row in program.report()]
+    if program.targets and "kernels" in report:
+        chip = program.targets[0]
+        measured = {k.name: {**k.resources[chip], "arch": chip}
+                    for k in program.kernels.values() if chip in k.resources}
+        if measured:
+            from ..report import summary
+
+            attach = getattr(summary, "attach_measured", None)
+            if attach is not None:
+                attach(report, measured)
+
+
+def _json_safe(value: Any) -> Any:
+    import json
+
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(value, default=str))
+
+
 def _check_cuda() -> None:
     import importlib.util
 
-    for mod, why in (
-        ("pycuda", "PyCUDA is not installed (pip install 'opfuse[cuda]' on a GPU machine)"),
-        ("opfuse.runtime.cuda", "the opfuse cuda runtime is missing"),
-    ):
+    def found(mod: str) -> bool:
         try:
-            found = importlib.util.find_spec(mod) is not None
+            return importlib.util.find_spec(mod) is not None
         except (ImportError, ValueError):
-            found = False
-        if not found:
-            raise OpfuseError(f"cuda backend not available: {why}")
+            return False
+
+    if not (found("pycuda") or found("cuda.bindings")):
+        raise OpfuseError("cuda backend not available: neither PyCUDA nor cuda-python "
+                          "(cuda-bindings) is installed (pip install 'opfuse[cuda]' on a GPU machine)")

@@ -1,0 +1,629 @@
+"""Run the ``kernels`` stage on the CPU: every thread of a launch in lockstep, with numpy.
+
+This is how the GPU kernels are tested on machines without a GPU. It interprets the IR
+the emitters produce (before outlining and lowering: ``gpu.launch`` bodies of ``arith``,
+``math``, ``affine.apply``, ``memref``/``vector`` loads and stores, ``scf.if``/``scf.for``,
+``gpu.shuffle``, ``gpu.barrier``): each SSA value is a numpy array with one row per thread
+of the whole grid, so one pass over the body runs every thread. Lockstep execution gives
+barriers and warp shuffles their meaning for free (every thread has executed everything
+before the barrier when the first one passes it); control flow is executed under a mask.
+
+What it does not check: the NVVM/PTX lowering (LLVM's job) and timing-dependent races
+(lockstep hides them: the emitters are written so that no two threads write one address
+with different values, and every cross-thread read is behind a barrier or a shuffle).
+Floating point follows numpy in the element type (``exp`` is exact-ish here and
+approximate on the GPU): compare with tolerances.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+from mlir import ir
+
+from ..errors import OpfuseError
+
+WARP = 32
+
+_FLOAT = {"f64": np.float64, "f32": np.float32, "f16": np.float16}
+_INT = {
+    "i64": np.int64,
+    "i32": np.int32,
+    "i16": np.int16,
+    "i8": np.int8,
+    "i1": np.bool_,
+    "index": np.int64,
+}
+
+
+def _np_type(t: ir.Type):
+    s = str(t)
+    if s in _FLOAT:
+        return _FLOAT[s]
+    if s in _INT:
+        return _INT[s]
+    raise OpfuseError(f"emulator: unsupported element type {s}")
+
+
+def _elem(t: ir.Type) -> ir.Type:
+    return ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
+
+
+class _Launch:
+    def __init__(self, grid, block, shared_sizes):
+        self.grid, self.block = grid, block
+        tb = block[0] * block[1] * block[2]
+        nb = grid[0] * grid[1] * grid[2]
+        self.n = tb * nb
+        g = np.arange(self.n, dtype=np.int64)
+        self.block_linear = g // tb
+        t = g % tb
+        self.ids = [
+            self.block_linear % grid[0],
+            (self.block_linear // grid[0]) % grid[1],
+            self.block_linear // (grid[0] * grid[1]),
+            t % block[0],
+            (t // block[0]) % block[1],
+            t // (block[0] * block[1]),
+        ]
+        self.lane_base = g - (t % WARP)  # flat index of lane 0 of the thread's warp
+        self.lane = t % WARP
+        self.shared = [np.zeros((nb, s[0]), dtype=s[1]) for s in shared_sizes]
+
+
+class Emulator:
+    """Runs kernel host functions of a ``kernels`` module.
+
+    Args:
+        module: the kernels module (``GpuProgram.kernels_ir`` parsed), not yet outlined.
+    """
+
+    def __init__(self, module: ir.Module):
+        self.module = module
+        self.funcs = {}
+        self.gpu_funcs = {}
+        for op in module.body.operations:
+            op = op.operation
+            if op.name == "func.func":
+                self.funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
+            elif op.name == "gpu.module":
+                for inner in op.regions[0].blocks[0].operations:
+                    inner = inner.operation
+                    if inner.name == "gpu.func":
+                        self.gpu_funcs[ir.StringAttr(inner.attributes["sym_name"]).value] = inner
+
+    def run_entry(
+        self, entry: str, grid: Sequence[int], block: Sequence[int], args: Sequence[np.ndarray]
+    ) -> None:
+        """Launch outlined kernel ``entry`` (a ``gpu.func``) with ``args`` in its own
+        argument order: what the cuda runtime does with a KernelSpec."""
+        func = self.gpu_funcs[entry]
+        body = func.regions[0].blocks[0]
+        n_wg = (
+            ir.IntegerAttr(func.attributes["workgroup_attributions"]).value
+            if "workgroup_attributions" in func.attributes
+            else 0
+        )
+        params = list(body.arguments)
+        n_args = len(params) - n_wg
+        if len(args) != n_args:
+            raise OpfuseError(f"emulator: {entry} takes {n_args} arguments, got {len(args)}")
+        shared = [
+            (ir.MemRefType(a.type).shape[0], _np_type(ir.MemRefType(a.type).element_type))
+            for a in params[n_args:]
+        ]
+        launch = _Launch(list(grid), list(block), shared)
+        env: dict = {}
+        for a, buf in zip(params, args):
+            env[a] = ("mem", buf.reshape(-1))
+        for k, a in enumerate(params[n_args:]):
+            env[a] = ("smem", k)
+        env["__launch__"] = launch
+        self._block(body, env, np.ones(launch.n, dtype=bool), launch)
+
+    def run(self, name: str, buffers: Sequence[np.ndarray]) -> None:
+        """Run kernel ``name`` with ``buffers`` (flat arrays, one per parameter, in the
+        host function's parameter order); writes outputs in place."""
+        func = self.funcs[name]
+        entry = func.regions[0].blocks[0]
+        env: dict = {}
+        for arg, buf in zip(entry.arguments, buffers):
+            env[arg] = ("mem", buf.reshape(-1))
+        for op in entry.operations:
+            op = op.operation
+            if op.name == "arith.constant":
+                env[op.results[0]] = _const(op)
+            elif op.name == "gpu.launch":
+                self._launch(op, env)
+            elif op.name == "func.return":
+                return
+            else:
+                raise OpfuseError(f"emulator: unexpected host op {op.name}")
+
+    def _launch(self, op: ir.Operation, env: dict) -> None:
+        ops = list(op.operands)
+        seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        i = seg[0]
+        grid = [int(env[v]) for v in ops[i : i + 3]]
+        block = [int(env[v]) for v in ops[i + 3 : i + 6]]
+        body = op.regions[0].blocks[0]
+        args = list(body.arguments)
+        shared = []
+        for a in args[12:]:
+            mt = ir.MemRefType(a.type)
+            shared.append((mt.shape[0], _np_type(mt.element_type)))
+        launch = _Launch(grid, block, shared)
+        local = dict(env)
+        for k, a in enumerate(args[:6]):
+            local[a] = launch.ids[k]
+        for k, a in enumerate(args[6:12]):
+            local[a] = np.int64((grid + block)[k])
+        for k, a in enumerate(args[12:]):
+            local[a] = ("smem", k)
+        mask = np.ones(launch.n, dtype=bool)
+        self._block(body, local, mask, launch)
+
+    # ----- execution ---------------------------------------------------------------------
+    def _block(self, block: ir.Block, env: dict, mask: np.ndarray, L: _Launch) -> list:
+        for op in block.operations:
+            op = op.operation
+            name = op.name
+            if name in ("scf.yield", "gpu.terminator", "func.return", "gpu.return"):
+                return [env[v] for v in op.operands]
+            self._op(op, env, mask, L)
+        return []
+
+    def _op(self, op: ir.Operation, env: dict, mask: np.ndarray, L: _Launch) -> None:
+        name = op.name
+        get = lambda v: env[v]  # noqa: E731
+        if name == "arith.constant":
+            env[op.results[0]] = _const(op)
+            return
+        if name == "affine.apply":
+            amap = ir.AffineMapAttr(op.attributes["map"]).value
+            vals = [np.asarray(get(v)) for v in op.operands]
+            env[op.results[0]] = _affine(amap.results[0], vals[: amap.n_dims], vals[amap.n_dims :])
+            return
+        if name == "memref.load":
+            mem, idx = get(op.operands[0]), get(op.operands[1])
+            env[op.results[0]] = self._load(mem, np.asarray(idx), mask, L, 1)
+            return
+        if name == "vector.load":
+            lanes = ir.VectorType(op.results[0].type).shape[0]
+            mem, idx = get(op.operands[0]), get(op.operands[1])
+            env[op.results[0]] = self._load(mem, np.asarray(idx), mask, L, lanes)
+            return
+        if name == "memref.store":
+            self._store(
+                get(op.operands[1]),
+                get(op.operands[0]),
+                np.asarray(get(op.operands[2])),
+                mask,
+                L,
+                1,
+            )
+            return
+        if name == "vector.store":
+            lanes = ir.VectorType(op.operands[0].type).shape[0]
+            self._store(
+                get(op.operands[1]),
+                get(op.operands[0]),
+                np.asarray(get(op.operands[2])),
+                mask,
+                L,
+                lanes,
+            )
+            return
+        if name == "scf.if":
+            self._if(op, env, mask, L)
+            return
+        if name == "scf.for":
+            self._for(op, env, mask, L)
+            return
+        if name == "gpu.barrier":
+            return
+        if name in ("gpu.block_id", "gpu.thread_id", "gpu.block_dim", "gpu.grid_dim"):
+            dim = "xyz".index(str(op.attributes["dimension"]).split("<")[-1].rstrip(">")[-1])
+            if name == "gpu.block_id":
+                env[op.results[0]] = L.ids[dim]
+            elif name == "gpu.thread_id":
+                env[op.results[0]] = L.ids[3 + dim]
+            else:
+                env[op.results[0]] = np.int64((L.block if name == "gpu.block_dim" else L.grid)[dim])
+            return
+        if name == "gpu.shuffle":
+            self._shuffle(op, env, L)
+            return
+        if name == "vector.broadcast":
+            lanes = ir.VectorType(op.results[0].type).shape[0]
+            x = np.asarray(get(op.operands[0]))
+            env[op.results[0]] = (
+                np.repeat(np.broadcast_to(x, (L.n,))[:, None], lanes, axis=1) if x.ndim <= 1 else x
+            )
+            return
+        if name == "vector.from_elements":
+            cols = [np.broadcast_to(np.asarray(get(v)), (L.n,)) for v in op.operands]
+            env[op.results[0]] = np.stack(cols, axis=1)
+            return
+        if name == "vector.extract":
+            pos = list(ir.DenseI64ArrayAttr(op.attributes["static_position"]))
+            x = np.asarray(get(op.operands[0]))
+            env[op.results[0]] = x[..., pos[0]] if x.ndim == 2 else x
+            return
+        if name == "vector.reduction":
+            kind = str(op.attributes["kind"]).split("<")[-1].rstrip(">")
+            x = np.asarray(get(op.operands[0]))
+            acc = x[:, 0]
+            for k in range(1, x.shape[1]):
+                acc = _combine(kind, acc, x[:, k])
+            env[op.results[0]] = acc
+            return
+        fn = _PURE.get(name)
+        if fn is None:
+            raise OpfuseError(f"emulator: unsupported op {name}")
+        vals = [np.asarray(get(v)) for v in op.operands]
+        out = fn(op, *vals)
+        res_t = _np_type(_elem(op.results[0].type))
+        env[op.results[0]] = np.asarray(out).astype(res_t, copy=False)
+
+    def _mem(self, mem, L: _Launch):
+        kind, ref = mem
+        if kind == "mem":
+            return ref, None
+        return L.shared[ref], L.block_linear
+
+    def _load(self, mem, idx: np.ndarray, mask: np.ndarray, L: _Launch, lanes: int) -> np.ndarray:
+        arr, rows = self._mem(mem, L)
+        idx = np.broadcast_to(idx, (L.n,))
+        safe = np.where(mask, idx, 0)
+        if lanes > 1:
+            safe = safe[:, None] + np.arange(lanes)
+            if rows is None:
+                bad = mask[:, None] & (safe >= arr.shape[-1])
+                if bad.any():
+                    raise OpfuseError("emulator: vector load out of bounds")
+                return arr[np.where(mask[:, None], safe, 0)]
+            return arr[rows[:, None], safe]
+        if np.any(mask & (idx >= arr.shape[-1])) or np.any(mask & (idx < 0)):
+            raise OpfuseError(
+                f"emulator: load out of bounds (index {int(idx[mask].max())}, size {arr.shape[-1]})"
+            )
+        return arr[safe] if rows is None else arr[rows, safe]
+
+    def _store(self, mem, val, idx: np.ndarray, mask: np.ndarray, L: _Launch, lanes: int) -> None:
+        arr, rows = self._mem(mem, L)
+        idx = np.broadcast_to(idx, (L.n,))
+        sel = np.nonzero(mask)[0]
+        if sel.size == 0:
+            return
+        if np.any(idx[sel] < 0) or np.any(idx[sel] + lanes > arr.shape[-1]):
+            raise OpfuseError("emulator: store out of bounds")
+        val = np.asarray(val)
+        if lanes > 1:
+            v = np.broadcast_to(val, (L.n, lanes))[sel]
+            pos = idx[sel][:, None] + np.arange(lanes)
+            if rows is None:
+                arr[pos] = v
+            else:
+                arr[rows[sel][:, None], pos] = v
+        else:
+            v = np.broadcast_to(val, (L.n,))[sel]
+            if rows is None:
+                arr[idx[sel]] = v
+            else:
+                arr[rows[sel], idx[sel]] = v
+
+    def _if(self, op: ir.Operation, env: dict, mask: np.ndarray, L: _Launch) -> None:
+        cond = np.broadcast_to(np.asarray(env[op.operands[0]]), (L.n,))
+        then_mask = mask & cond
+        else_mask = mask & ~cond
+        results = []
+        regions = list(op.regions)
+        outs = []
+        for region, m in ((regions[0], then_mask), (regions[1], else_mask)):
+            if len(region.blocks) == 0:
+                outs.append(None)
+                continue
+            if not m.any() and len(op.results) == 0:
+                outs.append(None)
+                continue
+            outs.append(self._block(region.blocks[0], env, m, L))
+        for k, r in enumerate(op.results):
+            a = np.asarray(outs[0][k]) if outs[0] is not None else None
+            b = np.asarray(outs[1][k]) if outs[1] is not None else None
+            c = cond if a is None or a.ndim <= 1 else cond[:, None]
+            results.append(np.where(c, a, b))
+        for r, v in zip(op.results, results):
+            env[r] = v
+
+    def _for(self, op: ir.Operation, env: dict, mask: np.ndarray, L: _Launch) -> None:
+        lb, ub, step = (np.asarray(env[v]) for v in list(op.operands)[:3])
+        inits = [np.asarray(env[v]) for v in list(op.operands)[3:]]
+        body = op.regions[0].blocks[0]
+        args = list(body.arguments)
+        if lb.ndim == 0 and ub.ndim == 0 and step.ndim == 0:
+            carried = inits
+            for iv in range(int(lb), int(ub), int(step)):
+                env[args[0]] = np.int64(iv)
+                for a, v in zip(args[1:], carried):
+                    env[a] = v
+                carried = [np.asarray(x) for x in self._block(body, env, mask, L)]
+            for r, v in zip(op.results, carried):
+                env[r] = v
+            return
+        iv = np.broadcast_to(lb, (L.n,)).astype(np.int64).copy()
+        carried = [
+            np.broadcast_to(v, (L.n,) + v.shape[1:]).copy() if v.ndim else np.full(L.n, v)
+            for v in inits
+        ]
+        while True:
+            active = mask & (iv < ub)
+            if not active.any():
+                break
+            env[args[0]] = iv.copy()
+            for a, v in zip(args[1:], carried):
+                env[a] = v
+            new = [np.asarray(x) for x in self._block(body, env, active, L)]
+            carried = [
+                np.where(active if c.ndim == 1 else active[:, None], n, c)
+                for c, n in zip(carried, new)
+            ]
+            iv = iv + np.where(active, step, 0)
+        for r, v in zip(op.results, carried):
+            env[r] = v
+
+    def _shuffle(self, op: ir.Operation, env: dict, L: _Launch) -> None:
+        mode = str(op.attributes["mode"])
+        if "xor" not in mode:
+            raise OpfuseError(f"emulator: gpu.shuffle {mode} not supported")
+        x = np.broadcast_to(np.asarray(env[op.operands[0]]), (L.n,))
+        off = int(np.asarray(env[op.operands[1]]).reshape(-1)[0])
+        partner = L.lane_base + ((L.lane ^ off) % WARP)
+        env[op.results[0]] = x[partner]
+        env[op.results[1]] = np.ones(L.n, dtype=bool)
+
+
+def _const(op: ir.Operation):
+    attr = op.attributes["value"]
+    t = op.results[0].type
+    if isinstance(t, ir.VectorType):
+        dense = ir.DenseElementsAttr(attr)
+        et = _np_type(t.element_type)
+        if dense.is_splat:
+            return np.full(t.shape, _scalar(dense.get_splat_value()), dtype=et)
+        return np.array([_scalar(dense[i]) for i in range(len(dense))], dtype=et)
+    return _np_type(t)(_scalar(attr))
+
+
+def _scalar(attr: ir.Attribute):
+    if isinstance(attr, ir.FloatAttr) or str(attr.type).startswith(("f", "bf")):
+        return ir.FloatAttr(attr).value
+    if str(attr.type) == "i1":
+        return (
+            bool(ir.BoolAttr(attr).value)
+            if isinstance(attr, ir.BoolAttr)
+            else bool(ir.IntegerAttr(attr).value)
+        )
+    return ir.IntegerAttr(attr).value
+
+
+def _affine(e: ir.AffineExpr, dims: list, syms: list = ()) -> Any:
+    e = e.maybe_downcast()
+    if isinstance(e, ir.AffineConstantExpr):
+        return np.int64(e.value)
+    if isinstance(e, ir.AffineDimExpr):
+        return dims[e.position]
+    if isinstance(e, ir.AffineSymbolExpr):
+        return syms[e.position]
+    a, b = _affine(e.lhs, dims, syms), _affine(e.rhs, dims, syms)
+    if isinstance(e, ir.AffineAddExpr):
+        return a + b
+    if isinstance(e, ir.AffineMulExpr):
+        return a * b
+    if isinstance(e, ir.AffineFloorDivExpr):
+        return a // b
+    if isinstance(e, ir.AffineCeilDivExpr):
+        return -((-a) // b)
+    if isinstance(e, ir.AffineModExpr):
+        return a % b
+    raise OpfuseError(f"emulator: affine expression {e}")
+
+
+def _combine(kind: str, a, b):
+    return {
+        "add": np.add,
+        "mul": np.multiply,
+        "maximumf": _maximumf,
+        "minimumf": _minimumf,
+        "maxnumf": np.fmax,
+        "minnumf": np.fmin,
+        "maxsi": np.maximum,
+        "minsi": np.minimum,
+        "maxui": np.maximum,
+        "minui": np.minimum,
+        "and": np.bitwise_and,
+        "or": np.bitwise_or,
+        "xor": np.bitwise_xor,
+    }[kind](a, b)
+
+
+def _maximumf(a, b):
+    return np.maximum(a, b)  # propagates NaN, like arith.maximumf
+
+
+def _minimumf(a, b):
+    return np.minimum(a, b)
+
+
+def _cmpf(op, a, b):
+    pred = ir.IntegerAttr(op.attributes["predicate"]).value
+    # arith.CmpFPredicate: false, oeq, ogt, oge, olt, ole, one, ord, ueq, ugt, uge, ult, ule, une, uno, true
+    unordered = np.isnan(a) | np.isnan(b)
+    base = [
+        None,
+        np.equal,
+        np.greater,
+        np.greater_equal,
+        np.less,
+        np.less_equal,
+        np.not_equal,
+        None,
+        np.equal,
+        np.greater,
+        np.greater_equal,
+        np.less,
+        np.less_equal,
+        np.not_equal,
+        None,
+        None,
+    ][pred]
+    if pred == 0:
+        return np.zeros(np.broadcast(a, b).shape, bool)
+    if pred == 15:
+        return np.ones(np.broadcast(a, b).shape, bool)
+    if pred == 7:
+        return ~unordered
+    if pred == 14:
+        return unordered
+    with np.errstate(invalid="ignore"):
+        r = base(a, b)
+    return (r & ~unordered) if pred < 8 else (r | unordered)
+
+
+def _cmpi(op, a, b):
+    pred = ir.IntegerAttr(op.attributes["predicate"]).value
+    # eq, ne, slt, sle, sgt, sge, ult, ule, ugt, uge
+    if pred >= 6:
+        a, b = a.astype(np.uint64) if a.dtype != np.bool_ else a, (
+            b.astype(np.uint64) if b.dtype != np.bool_ else b
+        )
+    return [
+        np.equal,
+        np.not_equal,
+        np.less,
+        np.less_equal,
+        np.greater,
+        np.greater_equal,
+        np.less,
+        np.less_equal,
+        np.greater,
+        np.greater_equal,
+    ][pred](a, b)
+
+
+def _f(fn):
+    def wrap(op, *xs):
+        with np.errstate(all="ignore"):
+            return fn(*xs)
+
+    return wrap
+
+
+def _cast(op, x):
+    return x.astype(_np_type(_elem(op.results[0].type)))
+
+
+def _erf(x):
+    v = np.vectorize(math.erf, otypes=[np.float64])
+    return v(x.astype(np.float64)).astype(x.dtype)
+
+
+_PURE = {
+    "arith.addi": _f(np.add),
+    "arith.subi": _f(np.subtract),
+    "arith.muli": _f(np.multiply),
+    "arith.divsi": _f(lambda a, b: np.trunc(a / b).astype(a.dtype)),
+    "arith.divui": _f(np.floor_divide),
+    "arith.remui": _f(np.remainder),
+    "arith.remsi": _f(np.fmod),
+    "arith.floordivsi": _f(np.floor_divide),
+    "arith.ceildivsi": _f(lambda a, b: -((-a) // b)),
+    "arith.minui": _f(np.minimum),
+    "arith.maxui": _f(np.maximum),
+    "arith.minsi": _f(np.minimum),
+    "arith.maxsi": _f(np.maximum),
+    "arith.andi": _f(np.bitwise_and),
+    "arith.ori": _f(np.bitwise_or),
+    "arith.xori": _f(np.bitwise_xor),
+    "arith.shli": _f(np.left_shift),
+    "arith.shrui": _f(np.right_shift),
+    "arith.shrsi": _f(np.right_shift),
+    "arith.cmpi": _cmpi,
+    "arith.cmpf": _cmpf,
+    "arith.select": _f(
+        lambda c, a, b: np.where(c if c.ndim == 0 or c.ndim == np.ndim(a) else c[:, None], a, b)
+    ),
+    "arith.addf": _f(np.add),
+    "arith.subf": _f(np.subtract),
+    "arith.mulf": _f(np.multiply),
+    "arith.divf": _f(np.divide),
+    "arith.remf": _f(np.fmod),
+    "arith.negf": _f(np.negative),
+    "arith.maximumf": _f(_maximumf),
+    "arith.minimumf": _f(_minimumf),
+    "arith.maxnumf": _f(np.fmax),
+    "arith.minnumf": _f(np.fmin),
+    "arith.extf": _cast,
+    "arith.truncf": _cast,
+    "arith.extsi": _cast,
+    "arith.extui": _cast,
+    "arith.trunci": _cast,
+    "arith.sitofp": _cast,
+    "arith.uitofp": _cast,
+    "arith.fptosi": _cast,
+    "arith.fptoui": _cast,
+    "arith.index_cast": _cast,
+    "arith.index_castui": _cast,
+    "math.exp": _f(np.exp),
+    "math.exp2": _f(np.exp2),
+    "math.log": _f(np.log),
+    "math.log2": _f(np.log2),
+    "math.log1p": _f(np.log1p),
+    "math.expm1": _f(np.expm1),
+    "math.tanh": _f(np.tanh),
+    "math.sqrt": _f(np.sqrt),
+    "math.rsqrt": _f(lambda x: 1 / np.sqrt(x)),
+    "math.absf": _f(np.abs),
+    "math.absi": _f(np.abs),
+    "math.sin": _f(np.sin),
+    "math.cos": _f(np.cos),
+    "math.tan": _f(np.tan),
+    "math.atan": _f(np.arctan),
+    "math.powf": _f(np.power),
+    "math.fma": _f(lambda a, b, c: a * b + c),
+    "math.ceil": _f(np.ceil),
+    "math.floor": _f(np.floor),
+    "math.round": _f(np.round),
+    "math.roundeven": _f(np.rint),
+    "math.trunc": _f(np.trunc),
+    "math.erf": _f(_erf),
+    "math.copysign": _f(np.copysign),
+    "math.ipowi": _f(np.power),
+    "math.fpowi": _f(np.power),
+}
+
+
+def run_program(
+    program, inputs: Sequence[np.ndarray], *, outlined: bool = True
+) -> list[np.ndarray]:
+    """Run a :class:`~opfuse.codegen.gpu.GpuProgram` on the CPU: its host schedule with
+    numpy buffers, each kernel emulated. ``outlined``: launch the outlined ``gpu.func``s
+    with the arguments their KernelSpecs bind (exactly the cuda runtime's contract);
+    otherwise run the ``kernels`` stage."""
+    from ..ir import make_context, parse_module
+    from ..runtime.schedule import bind_params, plan_buffers, run_numpy
+
+    module = parse_module(program.outlined_ir if outlined else program.kernels_ir, make_context())
+    emu = Emulator(module)
+
+    def call(func: str, args: list[np.ndarray], results: list[np.ndarray]) -> None:
+        if outlined:
+            spec = program.kernels[func]
+            emu.run_entry(spec.entry, spec.grid, spec.block, bind_params(spec, args, results))
+        else:
+            emu.run(func, [*args, *results])
+
+    schedule = program.schedule
+    return run_numpy(schedule, plan_buffers(schedule), list(inputs), call)

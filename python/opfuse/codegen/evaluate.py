@@ -1,0 +1,500 @@
+"""Pull-based evaluation of a fusion function inside a kernel.
+
+A fused group is a tensor-level function; a kernel computes its outputs one point (or one
+vector of points) at a time. :class:`Evaluator` turns "the value of tensor ``%t`` at index
+``(e0, e1, ...)``" into scalar or vector SSA values inside the kernel being built, pulling
+through the producers: a ``linalg.generic`` is evaluated by composing its indexing maps
+with the index and cloning its payload, reshapes and slices compose index expressions,
+function arguments are loads. Index expressions are affine expressions over the kernel's
+index variables (``KernelBuilder.dims``), so layouts (transposes, reshapes, broadcasts)
+never materialize: they become address arithmetic.
+
+Each value is computed once per index and scope (memoized), so a producer read twice at
+the same index is computed once; values that do not vary along the thread's vector dim are
+kept scalar ("uniform") and broadcast only where they meet vector values.
+
+Reductions are either preset by the emitter (row kernels, matmul accumulators) or, where
+the emitter allows it (the fallback), computed by a sequential ``scf.for`` per point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from mlir import ir
+from mlir.dialects import memref, vector
+
+from .kernel import KernelBuilder, Unsupported, delinearize, element_bytes, linearize, shape_of
+from .lanes import Kind, analyze, lane_map
+
+Index = tuple  # tuple[ir.AffineExpr, ...]
+
+
+@dataclass(frozen=True)
+class Val:
+    """A value in the kernel: a scalar (``uniform``: the same for every lane) or a vector
+    with one element per lane of the thread's vector dim."""
+
+    ssa: ir.Value
+    uniform: bool
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A tensor that lives in a kernel parameter: the (flat) memref and the shape it is
+    read with (a reshape of a parameter is the same bytes with another shape)."""
+
+    mem: ir.Value
+    shape: tuple[int, ...]
+    element_type: ir.Type
+
+
+def maps_of(op: ir.Operation) -> list[ir.AffineMap]:
+    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def iterators_of(op: ir.Operation) -> list[str]:
+    return [
+        str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])
+    ]
+
+
+def n_inputs(op: ir.Operation) -> int:
+    return len(op.operands) - len(op.results)
+
+
+def op_of(v: ir.Value) -> ir.Operation | None:
+    """The defining op of ``v`` (None for a block argument)."""
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def result_number(v: ir.Value) -> int:
+    return ir.OpResult(v).result_number
+
+
+def generic_domain(op: ir.Operation) -> list[int]:
+    """Loop sizes of a ``linalg.generic`` from its operands' static shapes."""
+    maps = maps_of(op)
+    dom: list[int | None] = [None] * maps[0].n_dims
+    for value, amap in zip(op.operands, maps):
+        if not isinstance(value.type, ir.ShapedType):
+            continue
+        for size, res in zip(shape_of(value.type), amap.results):
+            res = res.maybe_downcast()
+            if isinstance(res, ir.AffineDimExpr):
+                dom[res.position] = size
+    if any(d is None for d in dom):
+        raise Unsupported("a loop of a linalg.generic has no static size")
+    return dom  # type: ignore[return-value]
+
+
+def compose(amap: ir.AffineMap, point: Sequence[ir.AffineExpr], n_dims: int, ctx) -> Index:
+    pmap = ir.AffineMap.get(n_dims, 0, list(point), ctx)
+    return tuple(r.compose(pmap).maybe_downcast() for r in amap.results)
+
+
+class Evaluator:
+    """Evaluates tensors of ``func`` (a prepared fusion function) inside kernel ``kb``.
+
+    Args:
+        kb: the kernel being built.
+        func: the fusion function, generalized (every linalg op a ``linalg.generic``).
+        leaves: kernel memref for each function argument (by argument number).
+        lanes: elements per thread along ``vdim`` (1: scalar code).
+        vdim: the index variable(s) (positions in ``kb.dims``) the lanes run along.
+        sequential: allow reductions to be computed by a loop per point (fallback).
+    """
+
+    def __init__(
+        self,
+        kb: KernelBuilder,
+        func: ir.Operation,
+        leaves: dict[int, ir.Value],
+        *,
+        lanes: int = 1,
+        vdim=None,
+        sequential: bool = False,
+    ):
+        self.kb = kb
+        self.func = func
+        self.ctx = func.context
+        self.entry = func.regions[0].blocks[0]
+        self.leaves = leaves
+        if isinstance(vdim, int):
+            vdim = frozenset([vdim])
+        self.vdim: frozenset[int] = frozenset(vdim or ())
+        self.lanes = lanes
+        self.sequential = sequential
+        #: Let LLVM contract multiply-adds into FMAs in the ops emitted while set (the
+        #: matmul's inner product: twice the flops per instruction, a more accurate sum).
+        self.contract = False
+
+    # ----- public ------------------------------------------------------------------------
+    def value(self, v: ir.Value, idx: Sequence[ir.AffineExpr]) -> Val:
+        """The value of tensor ``v`` at ``idx`` (one affine expression per dim of ``v``)."""
+        idx = tuple(idx)
+        key = ("v", v, idx)
+        hit = self.kb.memo_get(key)
+        if hit is not None:
+            return hit
+        leaf = self.leaf(v)
+        if leaf is not None:
+            val = self.load(leaf, idx)
+        else:
+            val = self._op_value(v, idx)
+        self.kb.memo_set(key, val)
+        return val
+
+    def preset(
+        self, v: ir.Value, idx: Sequence[ir.AffineExpr], val: Val, *, outer: bool = False
+    ) -> None:
+        """Declare the value of ``v`` at ``idx`` (a reduction the emitter computed)."""
+        key = ("v", v, tuple(idx))
+        if outer:
+            self.kb.memo_set_outer(key, val)
+        else:
+            self.kb.memo_set(key, val)
+
+    def lanes_of(self, e: ir.AffineExpr):
+        return analyze(e, self.vdim, self.lanes)
+
+    def invariant(self, idx: Sequence[ir.AffineExpr]) -> bool:
+        return all(self.lanes_of(e).kind == Kind.INVARIANT for e in idx)
+
+    def leaf(self, v: ir.Value) -> Leaf | None:
+        """The parameter ``v`` lives in, seen through reshapes; None if it is computed."""
+        key = ("leaf", v)
+        hit = self.kb.memo_get(key)
+        if hit is not None:
+            return hit or None
+        found: Leaf | None = None
+        op = op_of(v)
+        if op is None:
+            arg = ir.BlockArgument(v)
+            if arg.owner == self.entry and arg.arg_number in self.leaves:
+                t = ir.ShapedType(v.type)
+                found = Leaf(self.leaves[arg.arg_number], tuple(t.shape), t.element_type)
+        elif op.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            src = self.leaf(op.operands[0])
+            if src is not None:
+                found = Leaf(src.mem, shape_of(v.type), src.element_type)
+        self.kb.memo_set_outer(key, found or False)
+        return found
+
+    # ----- memory ------------------------------------------------------------------------
+    def load(self, leaf: Leaf, idx: Index) -> Val:
+        elem = leaf.element_type
+        if isinstance(elem, ir.IntegerType) and elem.width == 1:
+            raise Unsupported("i1 tensors in device memory (store booleans as i8)")
+        flat = linearize(idx, leaf.shape)
+        kb = self.kb
+        la = self.lanes_of(flat)
+        if self.lanes == 1 or la.kind == Kind.INVARIANT:
+            with kb.emitting():
+                return Val(memref.load(leaf.mem, [kb.apply(flat)]), True)
+        vt = self._vt(elem)
+        if la.kind == Kind.CONTIG:
+            align = element_bytes(elem) * (self.lanes if la.aligned else 1)
+            addr = kb.apply(flat)
+            with kb.emitting():
+                return Val(vector.load(vt, leaf.mem, [addr], alignment=align), False)
+        elems = []
+        for lane in range(self.lanes):
+            addr = kb.apply(flat.compose(self._lane_map(lane)))
+            with kb.emitting():
+                elems.append(memref.load(leaf.mem, [addr]))
+        with kb.emitting():
+            return Val(vector.from_elements(vt, elems), False)
+
+    def store(self, leaf: Leaf, idx: Index, val: Val) -> None:
+        kb = self.kb
+        flat = linearize(idx, leaf.shape)
+        la = self.lanes_of(flat)
+        if self.lanes == 1 or (val.uniform and la.kind == Kind.INVARIANT):
+            addr = kb.apply(flat)
+            with kb.emitting():
+                memref.store(val.ssa, leaf.mem, [addr])
+            return
+        vec = self.as_vector(val)
+        if la.kind == Kind.CONTIG:
+            align = element_bytes(leaf.element_type) * (self.lanes if la.aligned else 1)
+            addr = kb.apply(flat)
+            with kb.emitting():
+                vector.store(vec, leaf.mem, [addr], alignment=align)
+            return
+        for lane in range(self.lanes):
+            addr = kb.apply(flat.compose(self._lane_map(lane)))
+            with kb.emitting():
+                x = vector.extract(vec, [], [lane])
+                memref.store(x, leaf.mem, [addr])
+
+    def as_vector(self, val: Val) -> ir.Value:
+        if not val.uniform or self.lanes == 1:
+            return val.ssa
+        vt = self._vt(val.ssa.type)
+        key = ("bcast", val.ssa)
+        hit = self.kb.memo_get(key)
+        if hit is None:
+            with self.kb.emitting():
+                hit = vector.broadcast(vt, val.ssa)
+            self.kb.memo_set(key, hit)
+        return hit
+
+    def _vt(self, elem: ir.Type) -> ir.VectorType:
+        return ir.VectorType.get([self.lanes], elem, loc=ir.Location.unknown(self.ctx))
+
+    def _lane_map(self, lane: int) -> ir.AffineMap:
+        return lane_map(len(self.kb.dims), self.vdim, lane, self.ctx)
+
+    # ----- ops -----------------------------------------------------------------------------
+    def _op_value(self, v: ir.Value, idx: Index) -> Val:
+        op = op_of(v)
+        if op is None:
+            raise Unsupported("a function argument without a kernel parameter")
+        name = op.name
+        if name == "linalg.generic":
+            return self._generic(op, result_number(v), idx)
+        if name == "tensor.expand_shape":
+            return self.value(op.operands[0], self._expand_source(op, idx))
+        if name == "tensor.collapse_shape":
+            return self.value(op.operands[0], self._collapse_source(op, idx))
+        if name == "tensor.extract_slice":
+            return self.value(op.operands[0], self._slice_source(op, idx))
+        if name == "arith.constant":
+            attr = op.attributes["value"]
+            if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
+                return Val(self.kb.const_attr(attr.get_splat_value()), True)
+            raise Unsupported("a dense non-splat constant inside a kernel")
+        raise Unsupported(f"'{name}' inside a kernel")
+
+    def _expand_source(self, op: ir.Operation, idx: Index) -> Index:
+        shape = shape_of(op.results[0].type)
+        out = []
+        for group in _reassociation(op):
+            out.append(linearize([idx[i] for i in group], [shape[i] for i in group]))
+        return tuple(out)
+
+    def _collapse_source(self, op: ir.Operation, idx: Index) -> Index:
+        src_shape = shape_of(op.operands[0].type)
+        out = []
+        for t, group in enumerate(_reassociation(op)):
+            out.extend(delinearize(idx[t], [src_shape[i] for i in group]))
+        return tuple(out)
+
+    def _slice_source(self, op: ir.Operation, idx: Index) -> Index:
+        if len(op.operands) > 1:
+            raise Unsupported("tensor.extract_slice with dynamic offsets or sizes")
+        offs = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+        strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
+        if len(shape_of(op.results[0].type)) != len(offs):
+            raise Unsupported("rank-reducing tensor.extract_slice")
+        out = []
+        for e, o, st in zip(idx, offs, strides):
+            e = e * st if st != 1 else e
+            out.append(e + o if o else e)
+        return tuple(out)
+
+    def _generic(self, op: ir.Operation, r: int, idx: Index) -> Val:
+        its = iterators_of(op)
+        maps = maps_of(op)
+        n_in = n_inputs(op)
+        if "reduction" not in its:
+            point = _invert(maps[n_in + r], idx)
+            vals = self.payload(op, point)
+            for k, res in enumerate(op.results):
+                if k != r:
+                    kidx = compose(maps[n_in + k], point, len(self.kb.dims), self.ctx)
+                    self.kb.memo_set(("v", res, kidx), vals[k])
+            return vals[r]
+        if not self.sequential:
+            raise Unsupported("a reduction this kernel does not compute")
+        return self._sequential_reduction(op, r, idx)
+
+    def payload(
+        self,
+        op: ir.Operation,
+        point: Sequence[ir.AffineExpr],
+        outs: Sequence[Val] | None = None,
+        *,
+        upto: ir.Operation | None = None,
+        extra: dict | None = None,
+    ) -> list[Val]:
+        """Evaluate the payload of generic ``op`` at loop point ``point``.
+
+        Args:
+            outs: values for the ``outs`` block arguments (reduction accumulators); by
+                default they are read from the outs operands at their indexing maps.
+            upto: stop before this payload op and return its operands' values instead.
+            extra: preset values for payload SSA values (e.g. a partial result).
+        """
+        block = op.regions[0].blocks[0]
+        maps = maps_of(op)
+        n_in = n_inputs(op)
+        n_dims = len(self.kb.dims)
+        env: dict = dict(extra or {})
+
+        def arg_val(j: int) -> Val:
+            if j >= n_in and outs is not None:
+                return outs[j - n_in]
+            operand = op.operands[j]
+            if not isinstance(operand.type, ir.ShapedType):
+                return self.scalar(operand)
+            return self.value(operand, compose(maps[j], point, n_dims, self.ctx))
+
+        def get(x: ir.Value) -> Val:
+            if x in env:
+                return env[x]
+            owner = x.owner
+            if isinstance(owner, ir.Block) and owner == block:
+                val = arg_val(ir.BlockArgument(x).arg_number)
+            else:
+                val = self.scalar(x)
+            env[x] = val
+            return val
+
+        for inner in block.operations:
+            inner = inner.operation
+            if upto is not None and inner == upto:
+                return [get(o) for o in inner.operands]
+            if inner.name == "linalg.yield":
+                return [get(o) for o in inner.operands]
+            if inner.name == "linalg.index":
+                dim = ir.IntegerAttr(inner.attributes["dim"]).value
+                env[inner.results[0]] = self.index_value(point[dim])
+                continue
+            vals = [get(o) for o in inner.operands]
+            for res, val in zip(inner.results, self.emit(inner, vals)):
+                env[res] = val
+        raise Unsupported("a linalg.generic payload without linalg.yield")
+
+    def emit(self, op: ir.Operation, vals: Sequence[Val]) -> list[Val]:
+        """Clone scalar op ``op`` on ``vals``: scalar if all are uniform, else on vectors."""
+        if len(op.regions) and any(len(r.blocks) for r in op.regions):
+            raise Unsupported(f"'{op.name}' with regions in a payload")
+        attrs = {op.attributes[i].name: op.attributes[i].attr for i in range(len(op.attributes))}
+        if self.contract and "fastmath" in attrs:
+            attrs["fastmath"] = ir.Attribute.parse("#arith.fastmath<contract>", self.ctx)
+        if op.name == "arith.constant":
+            return [Val(self.kb.const_attr(attrs["value"]), True)]
+        if all(v.uniform for v in vals):
+            new = self.kb.create(
+                op.name, [r.type for r in op.results], [v.ssa for v in vals], attrs
+            )
+            return [Val(r, True) for r in new.results]
+        operands = [self.as_vector(v) for v in vals]
+        types = [self._vt(r.type) for r in op.results]
+        new = self.kb.create(op.name, types, operands, attrs)
+        return [Val(r, False) for r in new.results]
+
+    def index_value(self, e: ir.AffineExpr) -> Val:
+        kb = self.kb
+        la = self.lanes_of(e)
+        if self.lanes == 1 or la.kind == Kind.INVARIANT:
+            return Val(kb.apply(e), True)
+        vt = self._vt(kb.index_type)
+        if la.kind == Kind.CONTIG:
+            base = self.as_vector(Val(kb.apply(e), True))
+            step = kb.const_attr(
+                ir.DenseElementsAttr.get(
+                    [ir.IntegerAttr.get(kb.index_type, i) for i in range(self.lanes)], type=vt
+                )
+            )
+            with kb.emitting():
+                return Val(
+                    ir.Operation.create("arith.addi", results=[vt], operands=[base, step]).result,
+                    False,
+                )
+        elems = [kb.apply(e.compose(self._lane_map(lane))) for lane in range(self.lanes)]
+        with kb.emitting():
+            return Val(vector.from_elements(vt, elems), False)
+
+    def scalar(self, v: ir.Value) -> Val:
+        """A scalar defined outside any payload (a constant, or arithmetic on constants)."""
+        key = ("s", v)
+        hit = self.kb.memo_get(key)
+        if hit is not None:
+            return hit
+        op = op_of(v)
+        if op is None:
+            raise Unsupported("scalar kernel arguments")
+        if op.name == "arith.constant":
+            val = Val(self.kb.const_attr(op.attributes["value"]), True)
+        elif op.name == "tensor.extract" and len(op.operands) == 1:
+            val = self.value(op.operands[0], ())
+        else:
+            vals = [self.scalar(o) for o in op.operands]
+            val = self.emit(op, vals)[result_number(v)]
+        self.kb.memo_set(key, val)
+        return val
+
+    # ----- sequential reductions (fallback) -----------------------------------------------
+    def _sequential_reduction(self, op: ir.Operation, r: int, idx: Index) -> Val:
+        kb = self.kb
+        its = iterators_of(op)
+        maps = maps_of(op)
+        n_in = n_inputs(op)
+        dom = generic_domain(op)
+        point: list = [None] * len(its)
+        for t, res in enumerate(maps[n_in + r].results):
+            res = res.maybe_downcast()
+            if not isinstance(res, ir.AffineDimExpr):
+                raise Unsupported("a reduction whose output map is not a projection")
+            point[res.position] = idx[t]
+        red = [d for d, it in enumerate(its) if it == "reduction"]
+        if any(point[d] is None for d, it in enumerate(its) if it != "reduction"):
+            raise Unsupported("a reduction output that does not cover its parallel loops")
+        uniform = self.invariant([p for p in point if p is not None])
+        n_dims = len(kb.dims)
+        out_idx = []
+        for k in range(len(op.results)):
+            m = maps[n_in + k]
+            if any(
+                isinstance(res, ir.AffineDimExpr) and res.position in red
+                for res in (x.maybe_downcast() for x in m.results)
+            ):
+                raise Unsupported("a reduction output indexed by a reduction loop")
+            filled = [p if p is not None else ir.AffineConstantExpr.get(0, self.ctx) for p in point]
+            out_idx.append(compose(m, filled, n_dims, self.ctx))
+        inits = [self.value(op.operands[n_in + k], out_idx[k]) for k in range(len(op.results))]
+        init_ssa = [self.as_vector(v) if not uniform else v.ssa for v in inits]
+        if uniform and any(not v.uniform for v in inits):
+            raise Unsupported("a uniform reduction with a non-uniform initial value")
+
+        def nest(level: int, accs: list[ir.Value]) -> list[ir.Value]:
+            def body(iv, iter_args):
+                point[red[level]] = kb.add_dim(iv)
+                if level + 1 < len(red):
+                    return nest(level + 1, iter_args)
+                outs = [Val(a, uniform) for a in iter_args]
+                res = self.payload(op, point, outs)
+                return [x.ssa if (uniform or not x.uniform) else self.as_vector(x) for x in res]
+
+            return kb.for_(kb.index(0), kb.index(dom[red[level]]), kb.index(1), accs, body)
+
+        results = nest(0, init_ssa)
+        for k, res in enumerate(op.results):
+            self.kb.memo_set(("v", res, out_idx[k]), Val(results[k], uniform))
+        return Val(results[r], uniform)
+
+
+def _invert(out_map: ir.AffineMap, idx: Index) -> list[ir.AffineExpr]:
+    point: list = [None] * out_map.n_dims
+    for t, res in enumerate(out_map.results):
+        res = res.maybe_downcast()
+        if not isinstance(res, ir.AffineDimExpr):
+            raise Unsupported("an output indexing map that is not a permutation")
+        point[res.position] = idx[t]
+    if any(p is None for p in point):
+        raise Unsupported("an output indexing map that does not cover every loop")
+    return point
+
+
+def _reassociation(op: ir.Operation) -> list[list[int]]:
+    return [
+        [ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)]
+        for g in ir.ArrayAttr(op.attributes["reassociation"])
+    ]

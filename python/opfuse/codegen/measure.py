@@ -1,0 +1,161 @@
+"""Measured registers for the cost guard (``--measure-registers``).
+
+The guard's ``R_fused`` is an estimate (:func:`opfuse.cost.estimate_registers`). With
+ptxas installed, :func:`group_registers` replaces it by the real figure: the candidate
+group (a producer group and a consumer group, merged) is outlined into a scratch module,
+built by the same emitters as the final kernel, lowered, and assembled with ``ptxas -v``
+for the guard's target. Every step goes through the kernel cache, so a candidate seen
+before costs a lookup. ``None`` means "no measurement" (no ptxas, or no emitter for the
+group): the caller keeps its estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from mlir import ir
+from mlir.dialects import func as func_d
+
+from ..errors import OpfuseError
+from . import ptxas as ptxas_mod
+
+_FREE = ("tensor.empty", "linalg.fill", "ub.poison")
+
+
+def group_registers(planner, p, c) -> int | None:
+    """ptxas registers per thread of the kernel for ``p`` and ``c`` merged (Planner groups),
+    for the planner's target; None when it cannot be measured."""
+    members = sorted(set(p.members) | set(c.members))
+    ops = [planner.graph.nodes[i].op for i in members]
+    kinds = {str(k) for k in (p.kinds | c.kinds)}
+    kind = (
+        "opaque"
+        if "opaque" in kinds
+        else "output" if "contraction" in kinds else "input" if "reduction" in kinds else "loop"
+    )
+    return registers_of(ops, kind, planner.options.target)
+
+
+def registers_of(ops: Sequence[ir.Operation], kind: str, target: str) -> int | None:
+    """Registers of the kernel computing ``ops`` (top-level ops of one function, in block
+    order) as one fused group of ``kind``; None without ptxas or an emitter for it."""
+    if ptxas_mod.find_ptxas() is None or not ops:
+        return None
+    from .gpu import compile_module
+
+    module = _outline(list(ops), kind)
+    try:
+        program = compile_module(module, targets=(target,), ptxas=True)
+    except OpfuseError:
+        return None
+    regs = [k.resources.get(target, {}).get("registers") for k in program.kernels.values()]
+    regs = [r for r in regs if r is not None]
+    return max(regs) if regs else None
+
+
+def _is_free(op: ir.Operation) -> bool:
+    if op.name in _FREE:
+        return True
+    if op.name == "arith.constant":
+        attr = op.attributes["value"]
+        return not isinstance(attr, ir.DenseElementsAttr) or attr.is_splat
+    return False
+
+
+def _walk(op: ir.Operation):
+    yield op
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield from _walk(inner.operation)
+
+
+def _outline(ops: list[ir.Operation], kind: str) -> ir.Module:
+    """A scratch module: ``@fusion_0_<kind>`` computing ``ops`` and a host calling it."""
+    ctx = ops[0].context
+    members = set(ops)
+    host = ops[0].parent.operation
+    free: dict[ir.Operation, None] = {}
+    args: dict[ir.Value, None] = {}
+
+    def visit(v: ir.Value) -> None:
+        owner = v.owner
+        if isinstance(owner, ir.Block):
+            if owner.owner.operation == host:  # an argument of the function, not of a payload
+                args.setdefault(v)
+            return
+        op = owner.operation if hasattr(owner, "operation") else owner
+        if op in members or op.parent is None or op.parent.operation != host:
+            return
+        if _is_free(op):
+            if op not in free:
+                for o in op.operands:
+                    visit(o)
+                free[op] = None
+            return
+        args.setdefault(v)
+
+    for m in ops:
+        for inner in _walk(m):
+            for o in inner.operands:
+                visit(o)
+    outputs = []
+    for m in ops:
+        for r in m.results:
+            if any(
+                u.owner.operation not in members and not _inside_any(u.owner.operation, members)
+                for u in r.uses
+            ):
+                outputs.append(r)
+    if not outputs:
+        outputs = list(ops[-1].results)
+    module = ir.Module.create(ir.Location.unknown(ctx))
+    arg_list = list(args)
+    with ctx, ir.Location.unknown(ctx):
+        with ir.InsertionPoint(module.body):
+            kernel = func_d.FuncOp(
+                f"fusion_0_{kind}",
+                ([a.type for a in arg_list], [r.type for r in outputs]),
+                visibility="private",
+            )
+            entry = kernel.add_entry_block()
+            wrapper = func_d.FuncOp(
+                "measure", ([a.type for a in arg_list], [r.type for r in outputs])
+            )
+            wentry = wrapper.add_entry_block()
+        mapping = dict(zip(arg_list, entry.arguments))
+        order = {
+            op: i for i, op in enumerate(o.operation for o in host.regions[0].blocks[0].operations)
+        }
+        with ir.InsertionPoint(entry):
+            for op in sorted(free, key=order.__getitem__) + ops:
+                clone = op.clone()
+                for inner in _walk(clone):
+                    for i, v in enumerate(inner.operands):
+                        if v in mapping:
+                            inner.operands[i] = mapping[v]
+                for old, new in zip(op.results, clone.results):
+                    mapping[old] = new
+                for name in ("opfuse.group", "opfuse.kind"):
+                    if name in clone.attributes:
+                        del clone.attributes[name]
+            func_d.ReturnOp([mapping[r] for r in outputs])
+        with ir.InsertionPoint(wentry):
+            call = func_d.CallOp(
+                [r.type for r in outputs],
+                ir.FlatSymbolRefAttr.get(kernel.name.value),
+                list(wentry.arguments),
+            )
+            func_d.ReturnOp(list(call.results))
+        kernel.operation.attributes["opfuse.kernel"] = ir.UnitAttr.get(ctx)
+        kernel.operation.attributes["opfuse.kind"] = ir.StringAttr.get(kind, ctx)
+    return module
+
+
+def _inside_any(op: ir.Operation, members: set) -> bool:
+    p = op.parent
+    while p is not None:
+        if p.operation in members:
+            return True
+        p = p.parent
+    return False

@@ -1,0 +1,202 @@
+"""The cuda backend: load each kernel (cubin, or PTX for the driver to JIT) and launch the
+host schedule, through PyCUDA (or cuda-python where PyCUDA is not installed: see
+:mod:`opfuse.runtime.cuda_driver`).
+
+Nothing GPU-related is imported at import time of this module: the package works without
+PyCUDA and without a GPU. Every driver call is checked and names itself when it fails.
+
+Memory follows :class:`~opfuse.runtime.schedule.BufferPlan`: one device allocation per
+intermediate slot (reused by liveness), one per input, constant and output. ``bind``
+uploads the inputs once and keeps every allocation, so repeated runs (timing) only launch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import OpfuseError
+from . import cuda_driver
+from .schedule import Call, Copy, HostSchedule, KernelSpec, bind_params, plan_buffers
+
+
+def driver(preferred: str | None = None) -> cuda_driver.Driver:
+    """The CUDA driver binding in use (PyCUDA first, else cuda-python)."""
+    return cuda_driver.get(preferred)
+
+
+def available() -> bool:
+    """A device answers through PyCUDA or cuda-python (never raises)."""
+    try:
+        driver()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def device_chip() -> str:
+    """``sm_XY`` of device 0."""
+    major, minor = driver().compute_capability()
+    return f"sm_{major}{minor}"
+
+
+def _cc(chip: str) -> int:
+    return int("".join(ch for ch in chip[3:] if ch.isdigit()))
+
+
+def choose_code(spec: KernelSpec, chip: str) -> tuple[str, bytes]:
+    """("cubin", data) built for the device's major version and a minor not above it
+    (cubins run forward within a major), else ("ptx", text) of the newest chip not newer
+    than the device (the driver JIT-compiles PTX forward)."""
+    cc = _cc(chip)
+    cubins = [c for c in spec.cubin if _cc(c) // 10 == cc // 10 and _cc(c) <= cc]
+    if cubins:
+        return "cubin", spec.cubin[max(cubins, key=_cc)]
+    usable = sorted((c for c in spec.ptx if _cc(c) <= cc), key=_cc)
+    if not usable:
+        raise OpfuseError(
+            f"kernel {spec.name}: no PTX or cubin for {chip} " f"(have {sorted(spec.ptx)})"
+        )
+    return "ptx", spec.ptx[usable[-1]].encode()
+
+
+class CudaProgram:
+    """A host schedule and its kernels on device 0.
+
+    Args:
+        schedule: the host schedule.
+        kernels: KernelSpec per called kernel (PTX and/or cubins).
+        chip: override the device's ``sm_XY`` when choosing code.
+        binding: ``pycuda`` or ``cuda-python`` (default: whichever works, PyCUDA first).
+    """
+
+    def __init__(
+        self,
+        schedule: HostSchedule,
+        kernels: dict[str, KernelSpec],
+        *,
+        chip: str | None = None,
+        binding: str | None = None,
+    ):
+        self.drv = driver(binding)
+        self.schedule = schedule
+        self.kernels = kernels
+        self.chip = chip or device_chip()
+        self.plan = plan_buffers(schedule)
+        self.code: dict[str, str] = {}  # kernel -> "cubin" | "ptx"
+        self._functions: dict[str, Any] = {}
+        self._modules = []
+        for call in schedule.calls():
+            if call.func in self._functions:
+                continue
+            spec = kernels.get(call.func)
+            if spec is None:
+                raise OpfuseError(f"no kernel for {call.func} in the program")
+            kind, image = choose_code(spec, self.chip)
+            mod = self.drv.load(image, kind, spec.name)
+            self._modules.append(mod)
+            self._functions[call.func] = self.drv.function(mod, spec.entry, len(spec.params))
+            self.code[call.func] = kind
+        self._consts = {}
+        for b, a in schedule.consts.items():
+            ptr = self.drv.alloc(a.nbytes)
+            self.drv.htod(ptr, a)
+            self._consts[b] = ptr
+
+    def _launch_all(self, ptr: dict[int, int]) -> None:
+        info = {b.id: b for b in self.schedule.buffers}
+        for s in self.schedule.steps:
+            if isinstance(s, Call):
+                spec = self.kernels[s.func]
+                args = bind_params(spec, [ptr[a] for a in s.args], [ptr[r] for r in s.results])
+                self.drv.launch(self._functions[s.func], spec.grid, spec.block, spec.smem, args)
+            elif isinstance(s, Copy):
+                self.drv.dtod(ptr[s.dst], ptr[s.src], info[s.dst].nbytes)
+
+    def bind(self, *arrays: np.ndarray) -> Callable[[], list[np.ndarray]]:
+        """Upload ``arrays`` once; the returned function launches everything, synchronizes
+        and downloads the outputs (``.launch_only()`` just enqueues the kernels)."""
+        drv, plan, sched = self.drv, self.plan, self.schedule
+        owned: list[Any] = []  # keeps allocations alive as long as the bound call
+        mem: dict[int, Any] = {}
+        for b, a in zip(sched.inputs, arrays):
+            p = drv.alloc(a.nbytes)
+            drv.htod(p, a)
+            mem[b] = p
+            owned.append(p)
+        mem.update(self._consts)
+        slots = [drv.alloc(n) for n in plan.slots]
+        owned += slots
+        ptr: dict[int, int] = {}
+        for b in sched.buffers:
+            r = plan.root[b.id]
+            if r not in mem:
+                if r in plan.slot_of:
+                    mem[r] = slots[plan.slot_of[r]]
+                else:  # outputs, and results nobody reads
+                    mem[r] = drv.alloc(sched.buffers[r].nbytes)
+                    owned.append(mem[r])
+            ptr[b.id] = int(mem[r])
+        host = [np.empty(sched.buffers[o].shape, sched.buffers[o].dtype) for o in sched.outputs]
+
+        def run() -> list[np.ndarray]:
+            self._launch_all(ptr)
+            drv.synchronize()
+            for h, o in zip(host, sched.outputs):
+                drv.dtoh(h, ptr[o])
+            return [h.copy() for h in host]
+
+        def launch_only() -> None:
+            self._launch_all(ptr)
+
+        run.launch_only = launch_only  # type: ignore[attr-defined]
+        # seconds of device time of one run (CUDA events; no transfers): for timers
+        run.device_time = lambda: drv.elapsed(launch_only)  # type: ignore[attr-defined]
+        run.owned = owned  # type: ignore[attr-defined]
+        return run
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        return self.bind(*arrays)()
+
+    def time(self, *arrays: np.ndarray, repeat: int = 10, warmup: int = 2) -> list[float]:
+        """Seconds per run of the whole schedule, measured with CUDA events (device time,
+        inputs already on the device, outputs not downloaded)."""
+        run = self.bind(*arrays)
+        for _ in range(warmup):
+            run.launch_only()
+        self.drv.synchronize()
+        return [self.drv.elapsed(run.launch_only) for _ in range(repeat)]
+
+
+def load(executable: Any) -> CudaProgram:
+    """The Executable contract: compile ``executable``'s fused stage for device 0 and load
+    it (``__call__(*arrays) -> list``, ``bind(*arrays) -> () -> list``)."""
+    chip = device_chip()
+    target = "sm_90" if _cc(chip) >= 90 else "sm_80"
+    program = executable.gpu_program(targets=(target,))
+    return CudaProgram(program.schedule, program.kernels, chip=chip)
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, repeat: int = 10) -> float:
+    """Bytes per second of a device-to-device copy, bytes read plus written (the
+    yardstick for the fused kernels' achieved bandwidth)."""
+    drv = driver()
+    a, b = drv.alloc(nbytes), drv.alloc(nbytes)
+    drv.dtod(b, a, nbytes)
+    drv.synchronize()
+    best = min(drv.elapsed(lambda: drv.dtod(b, a, nbytes)) for _ in range(repeat))
+    drv.free(a)
+    drv.free(b)
+    return 2 * nbytes / best
+
+
+__all__ = [
+    "CudaProgram",
+    "available",
+    "choose_code",
+    "copy_bandwidth",
+    "device_chip",
+    "driver",
+    "load",
+]

@@ -1,0 +1,127 @@
+// RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-epilogue | filecheck %s
+// RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-epilogue --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=REMARK
+// RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-epilogue="r-limit=64" --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=GUARD
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+
+// Linear + bias + ReLU: the bias add and the ReLU (one loop group after elementwise
+// fusion) become the matmul's epilogue: one "output" group.
+// CHECK-LABEL: func.func @linear_relu
+// CHECK: linalg.matmul {{.*}}opfuse.group = 0 : i64, opfuse.kind = "output"
+// CHECK: opfuse.group = 0
+// CHECK: opfuse.group = 0
+// CHECK-NOT: opfuse.group = 1
+// CHECK: return
+// REMARK: remark: [opfuse-fuse-epilogue] fused: mm -> bias: saving {{.*}} > delta 0.10, R_fused {{.*}} < R_limit 128
+// The guard still decides: with 64 registers the fused kernel does not fit.
+// GUARD: remark: [opfuse-fuse-epilogue] not fused: mm -> bias: R_fused {{.*}} >= R_limit 64
+func.func @linear_relu(%x: tensor<64x32xf32>, %w: tensor<32x48xf32>, %b: tensor<48xf32>) -> tensor<64x48xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x48xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<64x32xf32>, tensor<32x48xf32>) outs(%f : tensor<64x48xf32>) -> tensor<64x48xf32> loc("mm")
+  %y = linalg.generic {indexing_maps = [#id, #col, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %b : tensor<64x48xf32>, tensor<48xf32>) outs(%e : tensor<64x48xf32>) {
+  ^bb0(%i: f32, %j: f32, %o: f32):
+    %r = arith.addf %i, %j : f32
+    linalg.yield %r : f32
+  } -> tensor<64x48xf32> loc("bias")
+  %z = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%y : tensor<64x48xf32>) outs(%e : tensor<64x48xf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %r = arith.maximumf %i, %zero : f32
+    linalg.yield %r : f32
+  } -> tensor<64x48xf32> loc("relu")
+  return %z : tensor<64x48xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#t = affine_map<(d0, d1) -> (d1, d0)>
+
+// A consumer that reads the matmul result transposed needs values other threads hold:
+// not an epilogue.
+// CHECK-LABEL: func.func @transposed_read
+// CHECK-NOT: opfuse.kind = "output"
+// CHECK: return
+// REMARK: remark: [opfuse-fuse-epilogue] not fused: mm -> addt: addt reads the matmul result at another index
+func.func @transposed_read(%x: tensor<32x32xf32>, %w: tensor<32x32xf32>) -> tensor<32x32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<32x32xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<32x32xf32>) -> tensor<32x32xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<32x32xf32>, tensor<32x32xf32>) outs(%f : tensor<32x32xf32>) -> tensor<32x32xf32> loc("mm")
+  %y = linalg.generic {indexing_maps = [#t, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %x : tensor<32x32xf32>, tensor<32x32xf32>) outs(%e : tensor<32x32xf32>) {
+  ^bb0(%i: f32, %j: f32, %o: f32):
+    %r = arith.addf %i, %j : f32
+    linalg.yield %r : f32
+  } -> tensor<32x32xf32> loc("addt")
+  return %y : tensor<32x32xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+
+// SwiGLU: silu(x @ wg) * (x @ wu). The gating multiply joins the first matmul (it reads
+// the second matmul's result from memory, pointwise); the second matmul cannot join a
+// kernel that already holds one.
+// CHECK-LABEL: func.func @swiglu
+// CHECK: linalg.matmul {opfuse.group = 0 : i64, opfuse.kind = "output"} ins(%arg0, %arg1
+// CHECK-NEXT: %[[U:.*]] = linalg.matmul ins(%arg0, %arg2 : {{.*}}) -> tensor<16x64xf32>{{$}}
+// CHECK: opfuse.group = 0
+// CHECK: ins(%{{.*}}, %[[U]] : {{.*}}opfuse.group = 0
+// REMARK: remark: [opfuse-fuse-epilogue] fused: gate -> sig: saving
+// REMARK: remark: [opfuse-fuse-epilogue] not fused: up -> gated: the consumer already holds a matmul
+func.func @swiglu(%x: tensor<16x32xf32>, %wg: tensor<32x64xf32>, %wu: tensor<32x64xf32>) -> tensor<16x64xf32> {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %e = tensor.empty() : tensor<16x64xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<16x64xf32>) -> tensor<16x64xf32>
+  %g = linalg.matmul ins(%x, %wg : tensor<16x32xf32>, tensor<32x64xf32>) outs(%f : tensor<16x64xf32>) -> tensor<16x64xf32> loc("gate")
+  %u = linalg.matmul ins(%x, %wu : tensor<16x32xf32>, tensor<32x64xf32>) outs(%f : tensor<16x64xf32>) -> tensor<16x64xf32> loc("up")
+  %s = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%g : tensor<16x64xf32>) outs(%e : tensor<16x64xf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %n = arith.negf %i : f32
+    %ex = math.exp %n : f32
+    %d = arith.addf %ex, %one : f32
+    %r = arith.divf %i, %d : f32
+    linalg.yield %r : f32
+  } -> tensor<16x64xf32> loc("sig")
+  %y = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%s, %u : tensor<16x64xf32>, tensor<16x64xf32>) outs(%e : tensor<16x64xf32>) {
+  ^bb0(%i: f32, %j: f32, %o: f32):
+    %r = arith.mulf %i, %j : f32
+    linalg.yield %r : f32
+  } -> tensor<16x64xf32> loc("gated")
+  return %y : tensor<16x64xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+
+// A reshape at the end of the epilogue is a free view of the output: it joins too.
+// CHECK-LABEL: func.func @bias_then_reshape
+// CHECK: linalg.matmul {{.*}}opfuse.group = 0 : i64, opfuse.kind = "output"
+// CHECK: opfuse.group = 0
+// CHECK: tensor.expand_shape {{.*}}opfuse.group = 0
+// REMARK: remark: [opfuse-fuse-epilogue] fused: mm -> bias: saving
+func.func @bias_then_reshape(%x: tensor<64x32xf32>, %w: tensor<32x48xf32>, %b: tensor<48xf32>) -> tensor<4x16x48xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x48xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<64x32xf32>, tensor<32x48xf32>) outs(%f : tensor<64x48xf32>) -> tensor<64x48xf32> loc("mm")
+  %y = linalg.generic {indexing_maps = [#id, #col, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %b : tensor<64x48xf32>, tensor<48xf32>) outs(%e : tensor<64x48xf32>) {
+  ^bb0(%i: f32, %j: f32, %o: f32):
+    %r = arith.addf %i, %j : f32
+    linalg.yield %r : f32
+  } -> tensor<64x48xf32> loc("bias")
+  %r = tensor.expand_shape %y [[0, 1], [2]] output_shape [4, 16, 48] : tensor<64x48xf32> into tensor<4x16x48xf32> loc("unflatten")
+  return %r : tensor<4x16x48xf32>
+}

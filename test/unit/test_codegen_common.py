@@ -1,0 +1,59 @@
+"""Helpers shared by the GPU codegen and bundle tests (no tests here).
+
+The kernel cache of these tests lives in a temporary folder per session (set through
+``OPFUSE_CACHE_DIR`` by the ``_private_cache`` fixture in each module), so the results do
+not depend on what an earlier run left in ``~/.cache/opfuse``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import opfuse
+from opfuse import pipeline as pl
+
+#: Emulated GPU kernels against the CPU backend (f32): the emulator computes in f32 with
+#: numpy, in another summation order for reductions and matmuls.
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def fusion_pipeline() -> pl.Pipeline:
+    """The default pipeline, with opfuse-fuse-epilogue before outlining if the default
+    does not list it yet."""
+    p = pl.Pipeline.default()
+    if "opfuse-fuse-epilogue" not in p.names:
+        from opfuse.passes import fuse_epilogue
+
+        p.insert(
+            len(p.steps) - 1,
+            pl.OpfuseStep(fuse_epilogue.NAME, fuse_epilogue, fuse_epilogue.Options()),
+        )
+    return p
+
+
+def compile_cpu(graph, *, fusion: bool = True):
+    """A CPU Executable of ``graph`` (fused with the epilogue pass, or unfused)."""
+    if fusion:
+        return opfuse.compile(graph, backend="cpu", pipeline=fusion_pipeline())
+    return opfuse.compile(graph, backend="cpu", fusion=False)
+
+
+def as_tuple(out):
+    if isinstance(out, (tuple, list)):
+        return tuple(out)
+    return (out,)
+
+
+def inputs_of(graph, seed: int = 0) -> list[np.ndarray]:
+    from opfuse.frontends.graphs import example_inputs
+
+    values = example_inputs(graph, seed)
+    return [values[t.name] for t in graph.inputs]
+
+
+def assert_close(got, want, rtol: float = RTOL, atol: float = ATOL) -> None:
+    got, want = as_tuple(got), as_tuple(want)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
