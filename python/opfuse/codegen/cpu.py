@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 from mlir import ir
+from mlir.dialects import func as func_d
 from mlir.dialects import linalg, tensor
 from mlir.dialects.transform import interpreter as transform_interpreter
 from mlir.passmanager import PassManager
@@ -168,14 +169,24 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True) -> ir.Module:
     _check_self_contained(module)
     copy = clone_module(module)
     _add_c_interfaces(copy)
-    if fuse_kernels:
-        fuse_kernel_functions(copy)
+    prepare_loops(copy, fuse_kernels=fuse_kernels)
     copy_shared_results(copy)
     prefix_symbols(copy)
-    interchange_matmuls(copy)
     run_pipeline(copy, LOWERING_PIPELINE)
     _check_lowered(copy)
     return copy
+
+
+def prepare_loops(module: ir.Module, *, fuse_kernels: bool = True) -> None:
+    """Loop order and per-kernel fusion, in place, before bufferization.
+
+    Matmuls first take their (m, k, n) loop order, which later rewrites keep: elementwise
+    fusion folding a reshape of the result into a matmul made it a 3-D generic with the
+    reduction innermost (G6 fused ran 3x slower than unfused).
+    """
+    interchange_matmuls(module)
+    if fuse_kernels:
+        fuse_kernel_functions(module)
 
 
 def clone_module(module: ir.Module) -> ir.Module:
@@ -261,12 +272,13 @@ def kernel_functions(module: ir.Module) -> list[ir.Operation]:
 def fuse_kernel_functions(module: ir.Module) -> None:
     """Run :data:`KERNEL_PIPELINE` on each private ``fusion_*`` function, in place.
 
-    Kernels with a contraction (kind ``output``) are left as they are: upstream elementwise
-    fusion would fold their transposes into the matmul's indexing maps, which leaves the
-    reduction innermost and unvectorized (G5 fused ran 3x slower than unfused), and it
-    cannot fuse a matmul into its epilogue anyway (the producer must be all-parallel).
+    In kernels with a contraction (kind ``output``) only the epilogue fuses: upstream
+    elementwise fusion would also fold the matmul's producers (transposes, head splits) into
+    its indexing maps, which leaves the reduction innermost and unvectorized (G5 fused ran
+    3x slower than unfused). It fuses only single-use producers, so each contraction input
+    made in the kernel gets a second, temporary use for the duration of the pipeline.
     """
-    kernels = [k for k in kernel_functions(module) if _kind(k) != "output"]
+    kernels = kernel_functions(module)
     if not kernels:
         return
     marked = 0
@@ -275,8 +287,37 @@ def fuse_kernel_functions(module: ir.Module) -> None:
     if marked:
         _generalize_marked(module)
     for func in kernel_functions(module):
-        if _kind(func) != "output":
-            run_pipeline(func, KERNEL_PIPELINE)
+        pins = _pin_contraction_inputs(module, func) if _kind(func) == "output" else []
+        run_pipeline(func, KERNEL_PIPELINE)
+        for pin in pins:
+            pin.erase()
+    for op in list(module.body.operations):
+        fn = op.operation
+        if fn.name == "func.func" and fn.attributes["sym_name"].value.startswith(_PIN):
+            fn.erase()
+
+
+_PIN = "__opfuse_cpu_pin"
+
+
+def _pin_contraction_inputs(module: ir.Module, func: ir.Operation) -> list[ir.Operation]:
+    """Call a declared no-op ``_PIN<k>(v)`` on every contraction input ``v`` made inside
+    ``func``; returns the calls (and leaves the declarations) for the caller to erase."""
+    ops = [o.operation for o in func.regions[0].blocks[0].operations]
+    values = []
+    for op in ops:
+        if op.name.startswith("linalg.") and linalg.isa_contraction_op(op):
+            n_in = len(op.operands) - len(op.results)
+            values += [v for v in list(op.operands)[:n_in] if not isinstance(v.owner, ir.Block)]
+    pins = []
+    with func.context, func.location:
+        for v in values:
+            name = f"{_PIN}{len(pins)}_{func.attributes['sym_name'].value}"
+            with ir.InsertionPoint.at_block_begin(module.body):
+                func_d.FuncOp(name, ([v.type], []), visibility="private")
+            with ir.InsertionPoint(ops[-1]):
+                pins.append(func_d.CallOp([], name, [v]).operation)
+    return pins
 
 
 #: Every function of the lowered module is renamed ``<prefix><name>``: the JIT resolves
