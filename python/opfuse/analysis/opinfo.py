@@ -19,6 +19,9 @@ from mlir import ir
 from mlir.dialects import func, linalg
 from mlir.passmanager import PassManager
 
+from ..errors import OpfuseError
+from ..ir import format_location
+
 
 class OpKind(str, enum.Enum):
     """The fusion-relevant kind of an op (ARCHITECTURE.md, analysis)."""
@@ -208,8 +211,15 @@ def describe_all(func_op: ir.Operation, ops: list[ir.Operation]) -> list[OpInfo]
 
 def describe(op: ir.Operation, twin: ir.Operation | None) -> OpInfo:
     """Classify ``op`` using its generalized ``twin``."""
+    types = [r.type for r in op.results]
+    for t in types:
+        if isinstance(t, ir.ShapedType) and not (t.has_rank and t.has_static_shape):
+            raise OpfuseError(
+                f"dynamic shapes are not supported yet ({t})",
+                diagnostics=[f"{format_location(op.location)}: error: dynamic shapes are not "
+                             f"supported yet: '{op.name}' produces {t}"])
     info = _describe(op, twin)
-    info.result_elem_bytes = max([element_bytes(r.type) for r in op.results] or [4])
+    info.result_elem_bytes = max([element_bytes(t) for t in types] or [4])
     return info
 
 
