@@ -33,7 +33,8 @@ class Parser(argparse.ArgumentParser):
 # --- pipeline flags ---------------------------------------------------------------------
 
 
-def _pass_help(mod: Any) -> str:
+def pass_help(mod: Any) -> str:
+    """One line of --help for a pass: its docstring's first line."""
     doc = (mod.__doc__ or "").strip().split("\n", 1)[0]
     doc = re.sub(rf"^{re.escape(mod.NAME)}:\s*", "", doc)
     return f"{doc} (options below)".replace("%", "%%")
@@ -63,7 +64,7 @@ def add_pipeline_arguments(
         "opfuse passes (run in command-line order; --NAME=\"key=value ...\")"
     )
     for name, mod in registry.items():
-        passes.add_argument(f"--{name}", metavar='"OPTIONS"', help=_pass_help(mod))
+        passes.add_argument(f"--{name}", metavar='"OPTIONS"', help=pass_help(mod))
 
 
 def passes_epilog(registry: dict[str, Any]) -> list[str]:

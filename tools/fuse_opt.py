@@ -16,9 +16,7 @@ Errors print as ``file:line:col: error: message`` on stderr; exit code 1 for bad
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -28,9 +26,11 @@ from mlir import ir
 from opfuse import config
 from opfuse import ir as oir
 from opfuse import pipeline as pl
-from opfuse.errors import EXIT_INTERNAL_ERROR, EXIT_OK, OpfuseError
+from opfuse.errors import EXIT_OK, OpfuseError
 from opfuse.report import ledger as ledger_mod
 from opfuse.report import render as render_mod
+
+from . import cli
 
 # --- stages -------------------------------------------------------------------------------
 # ARCHITECTURE.md: linalg -> fused -> kernels -> nvvm -> ptx -> cubin, and fused -> cpu.
@@ -138,19 +138,6 @@ def _print_artifact(artifact: Any, debug_info: bool) -> str | bytes:
 # --- command line ---------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises OpfuseError (exit 1) instead of exiting with status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise OpfuseError(f"{message} (see fuse-opt --help)")
-
-
-def _pass_help(mod: Any) -> str:
-    doc = (mod.__doc__ or "").strip().split("\n", 1)[0]
-    doc = re.sub(rf"^{re.escape(mod.NAME)}:\s*", "", doc)
-    return f"{doc} (options below)".replace("%", "%%")
-
-
 def _epilog(registry: dict[str, Any]) -> str:
     lines = ["opfuse passes and their options (defaults):"]
     for name, mod in registry.items():
@@ -170,7 +157,7 @@ def _epilog(registry: dict[str, Any]) -> str:
 
 def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
     """The argument parser; one flag per registered opfuse pass."""
-    p = _Parser(
+    p = cli.Parser(
         prog="fuse-opt",
         description="Run opfuse fusion passes on an MLIR file (like mlir-opt).",
         epilog=_epilog(registry),
@@ -215,36 +202,8 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
     for name, mod in registry.items():
         # handled by _take_pass_flags before argparse runs (so a flag never swallows the
         # input file); declared here for --help only
-        group.add_argument(f"--{name}", metavar='"OPTIONS"', help=_pass_help(mod))
+        group.add_argument(f"--{name}", metavar='"OPTIONS"', help=cli.pass_help(mod))
     return p
-
-
-def _take_pass_flags(
-    argv: Sequence[str], names: set[str]
-) -> tuple[list[str], list[tuple[str, str]]]:
-    """Pull ``--NAME`` / ``--NAME=OPTIONS`` (or ``-NAME``) out of argv, in order."""
-    rest, flags = [], []
-    for i, arg in enumerate(argv):
-        if arg == "--":
-            rest += argv[i:]
-            break
-        m = re.fullmatch(r"--?([A-Za-z][\w.-]*)(?:=(.*))?", arg, re.S)
-        if m and m.group(1) in names:
-            flags.append((m.group(1), m.group(2) or ""))
-        else:
-            rest.append(arg)
-    return rest, flags
-
-
-def _long_options(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    """Accept mlir-opt's single-dash spelling of long options (``-split-input-file``)."""
-    known = {s for s in parser._option_string_actions if s.startswith("--")}
-    out = []
-    for arg in argv:
-        head = arg.split("=", 1)[0]
-        single_dash = re.fullmatch(r"-[A-Za-z][\w-]+", head) and "-" + head in known
-        out.append("-" + arg if single_dash else arg)
-    return out
 
 
 def _fuel(text: str) -> int:
@@ -275,18 +234,6 @@ def _select_pipeline(args: argparse.Namespace, flags: list[tuple[str, str]]) -> 
 
 
 # --- driver ---------------------------------------------------------------------------
-
-
-def _read_input(path: str) -> tuple[str, str]:
-    """(text, name for locations)."""
-    if path == "-":
-        return sys.stdin.read(), "<stdin>"
-    try:
-        return Path(path).read_text(), path
-    except OSError as e:
-        raise OpfuseError(f"cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise OpfuseError(f"cannot read {path}: not UTF-8 text") from None
 
 
 def _process(job: Job) -> tuple[str | None, dict[str, Any] | None]:
@@ -321,26 +268,11 @@ def pipeline_target(pipeline: pl.Pipeline) -> str:
     return "sm_90"
 
 
-def _internal(e: BaseException) -> OpfuseError:
-    hint = "" if config.DEBUG.flag() else f" (set {config.DEBUG.name}=1 for the traceback)"
-    if config.DEBUG.flag():
-        traceback.print_exception(e, file=sys.stderr)
-    message = f"internal error: {type(e).__name__}: {e}{hint}"
-    return OpfuseError(message, exit_code=EXIT_INTERNAL_ERROR)
-
-
-def _print_error(error: OpfuseError) -> int:
-    if config.DEBUG.flag() and error.__cause__ is not None:
-        traceback.print_exception(error.__cause__, file=sys.stderr)
-    print(error.render(), file=sys.stderr)
-    return error.exit_code
-
-
 def _run(argv: list[str]) -> int:
     registry = pl.registry()
     parser = build_parser(registry)
-    rest, flags = _take_pass_flags(argv, set(registry))
-    args = parser.parse_args(_long_options(parser, rest))
+    rest, flags = cli.take_pass_flags(argv, set(registry))
+    args = parser.parse_args(cli.long_options(parser, rest))
     if args.emit not in STAGES:
         raise OpfuseError(f"unknown stage '{args.emit}' for --emit (stages: {', '.join(STAGES)})")
     if args.opfuse_report and "fused" not in _chain(args.emit):
@@ -352,7 +284,7 @@ def _run(argv: list[str]) -> int:
         raise OpfuseError("--emit=bundle writes one binary file: give -o FILE and no "
                           "--split-input-file")
     pipeline = _select_pipeline(args, flags)
-    text, filename = _read_input(args.input)
+    text, filename = cli.read_input(args.input)
     chunks = oir.split_input(text) if args.split_input_file else [(text, 1)]
     ctx = oir.make_context()
 
@@ -364,10 +296,10 @@ def _run(argv: list[str]) -> int:
         try:
             out, report = _process(job)
         except OpfuseError as e:
-            status = max(status, _print_error(e))
+            status = max(status, cli.print_error(e))
             continue
         except Exception as e:  # one broken chunk must not hide the others
-            status = max(status, _print_error(_internal(e)))
+            status = max(status, cli.print_error(cli.internal_error(e)))
             continue
         if report is not None:
             reports.append(report)
@@ -412,19 +344,7 @@ def _write_output(path: str, text: str | bytes) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``fuse-opt``; returns the exit code (0 ok, 1 user error, 2 internal)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        return _run(argv)
-    except OpfuseError as e:
-        return _print_error(e)
-    except SystemExit as e:  # --help
-        return e.code if isinstance(e.code, int) else EXIT_OK
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # `fuse-opt ... | head`
-        return EXIT_OK
-    except Exception as e:
-        return _print_error(_internal(e))
+    return cli.guarded_main(_run, argv)
 
 
 if __name__ == "__main__":
