@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import func
 
-from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, FuncGraph, functions, value_bytes
+from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, FuncGraph, functions
 from opfuse.analysis.groups import Group, Planner
+from opfuse.analysis.opinfo import is_free_op
 from opfuse.cost import GuardOptions
+from opfuse.ir import walk_nested
 
 NAME = "opfuse-outline"
 KERNEL_ATTR = "opfuse.kernel"
@@ -115,7 +117,7 @@ def _external_values(host: ir.Operation, members: list[ir.Operation]):
         op = owner.operation
         if op in member_set or op.parent is None or op.parent.operation != host:
             return  # defined inside the group or inside a region
-        if _is_free(op):
+        if is_free_op(op):
             if op not in free:
                 for operand in op.operands:
                     visit_value(operand)
@@ -124,32 +126,15 @@ def _external_values(host: ir.Operation, members: list[ir.Operation]):
         args.setdefault(v)
 
     for m in members:
-        for inner in _walk(m):
+        for inner in walk_nested(m):
             for operand in inner.operands:
                 visit_value(operand)
     order = {op: i for i, op in enumerate(o.operation for o in host.regions[0].blocks[0].operations)}
     return sorted(free, key=order.__getitem__), list(args)
 
 
-def _is_free(op: ir.Operation) -> bool:
-    if op.name in ("tensor.empty", "linalg.fill", "ub.poison"):
-        return True
-    if op.name == "arith.constant":
-        attr = op.attributes["value"]
-        return not isinstance(attr, ir.DenseElementsAttr) or attr.is_splat
-    return False
-
-
-def _walk(op: ir.Operation):
-    yield op
-    for region in op.regions:
-        for b in region.blocks:
-            for inner in b.operations:
-                yield from _walk(inner.operation)
-
-
 def _remap(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> None:
-    for inner in _walk(op):
+    for inner in walk_nested(op):
         for i, v in enumerate(inner.operands):
             new = mapping.get(v)
             if new is not None:
@@ -174,7 +159,7 @@ def _inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
 
 def _erase_dead_free_ops(block: ir.Block) -> None:
     for op in reversed([o.operation for o in block.operations]):
-        if _is_free(op) and all(not list(r.uses) for r in op.results):
+        if is_free_op(op) and all(not list(r.uses) for r in op.results):
             op.erase()
 
 

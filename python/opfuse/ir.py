@@ -153,3 +153,12 @@ def split_input(text: str) -> list[tuple[str, int]]:
 def print_module(module: ir.Module, *, debug_info: bool = False) -> str:
     """The module's text, optionally with locations."""
     return module.operation.get_asm(enable_debug_info=debug_info)
+
+
+def walk_nested(op: ir.Operation) -> Iterator[ir.Operation]:
+    """``op`` and every op nested in its regions, in pre-order."""
+    yield op
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield from walk_nested(inner.operation)

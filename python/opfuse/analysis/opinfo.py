@@ -41,6 +41,15 @@ class OpKind(str, enum.Enum):
 LOOP_KINDS = frozenset({OpKind.ELEMENTWISE, OpKind.BROADCAST, OpKind.INJECTIVE})
 
 _FREE_OPS = {"arith.constant", "tensor.empty", "linalg.fill", "ub.poison"}
+
+
+def is_free_op(op: ir.Operation) -> bool:
+    """An op every kernel that uses it gets a copy of: an empty tensor, a fill, a scalar or
+    splat constant (a dense tensor constant holds data: it is passed, not copied)."""
+    if op.name == "arith.constant":
+        attr = op.attributes["value"]
+        return not isinstance(attr, ir.DenseElementsAttr) or attr.is_splat
+    return op.name in _FREE_OPS
 _RESHAPE_OPS = {"tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape",
                 "tensor.extract_slice", "tensor.insert_slice", "tensor.pad", "tensor.concat"}
 # payload ops that are free in registers and flops

@@ -16,10 +16,11 @@ from typing import Sequence
 from mlir import ir
 from mlir.dialects import func as func_d
 
+from ..analysis.opinfo import is_free_op
 from ..errors import OpfuseError
+from ..ir import walk_nested
 from . import ptxas as ptxas_mod
 
-_FREE = ("tensor.empty", "linalg.fill", "ub.poison")
 
 
 def group_registers(planner, p, c) -> int | None:
@@ -53,23 +54,6 @@ def registers_of(ops: Sequence[ir.Operation], kind: str, target: str) -> int | N
     return max(regs) if regs else None
 
 
-def _is_free(op: ir.Operation) -> bool:
-    if op.name in _FREE:
-        return True
-    if op.name == "arith.constant":
-        attr = op.attributes["value"]
-        return not isinstance(attr, ir.DenseElementsAttr) or attr.is_splat
-    return False
-
-
-def _walk(op: ir.Operation):
-    yield op
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                yield from _walk(inner.operation)
-
-
 def _outline(ops: list[ir.Operation], kind: str) -> ir.Module:
     """A scratch module: ``@fusion_0_<kind>`` computing ``ops`` and a host calling it."""
     ctx = ops[0].context
@@ -87,7 +71,7 @@ def _outline(ops: list[ir.Operation], kind: str) -> ir.Module:
         op = owner.operation if hasattr(owner, "operation") else owner
         if op in members or op.parent is None or op.parent.operation != host:
             return
-        if _is_free(op):
+        if is_free_op(op):
             if op not in free:
                 for o in op.operands:
                     visit(o)
@@ -96,7 +80,7 @@ def _outline(ops: list[ir.Operation], kind: str) -> ir.Module:
         args.setdefault(v)
 
     for m in ops:
-        for inner in _walk(m):
+        for inner in walk_nested(m):
             for o in inner.operands:
                 visit(o)
     outputs = []
@@ -130,7 +114,7 @@ def _outline(ops: list[ir.Operation], kind: str) -> ir.Module:
         with ir.InsertionPoint(entry):
             for op in sorted(free, key=order.__getitem__) + ops:
                 clone = op.clone()
-                for inner in _walk(clone):
+                for inner in walk_nested(clone):
                     for i, v in enumerate(inner.operands):
                         if v in mapping:
                             inner.operands[i] = mapping[v]
