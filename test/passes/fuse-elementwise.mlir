@@ -1,7 +1,7 @@
 // RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise | filecheck %s
 // RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=REMARK
 // RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise="delta=0.9" --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=DELTA
-// RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise="r-limit=30" --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=RLIMIT
+// RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise="r-limit=16" --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=RLIMIT
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d1)>
@@ -14,10 +14,10 @@
 // CHECK-SAME: opfuse.group = 0
 // CHECK: linalg.generic
 // CHECK-SAME: opfuse.group = 0 : i64, opfuse.kind = "loop"
-// REMARK: remark: [opfuse-fuse-elementwise] fused: mul -> tanh: saving 0.50 > delta 0.10, R_fused 38 < R_limit 128
+// REMARK: remark: [opfuse-fuse-elementwise] fused: mul -> tanh: saving 0.50 > delta 0.10, R_fused 20 < R_limit 128
 // REMARK: remark: [opfuse-fuse-elementwise] fused: tanh -> add: saving 0.60 > delta 0.10
 // DELTA: remark: [opfuse-fuse-elementwise] not fused: mul -> tanh: saving 0.50 <= delta 0.90 (would fuse with delta < 0.4981)
-// RLIMIT: remark: [opfuse-fuse-elementwise] not fused: mul -> tanh: R_fused 38 >= R_limit 30 (would fuse with R_limit >= 39)
+// RLIMIT: remark: [opfuse-fuse-elementwise] not fused: mul -> tanh: R_fused 20 >= R_limit 16 (would fuse with R_limit >= 21)
 func.func @chain(%x: tensor<64x128xf32>, %a: tensor<128xf32>) -> tensor<64x128xf32> {
   %e = tensor.empty() : tensor<64x128xf32>
   %0 = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}

@@ -1,6 +1,6 @@
 // RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-epilogue | filecheck %s
 // RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-epilogue --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=REMARK
-// RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-epilogue="r-limit=64" --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=GUARD
+// RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-epilogue="r-limit=32" --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=GUARD
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #col = affine_map<(d0, d1) -> (d1)>
@@ -15,7 +15,7 @@
 // CHECK: return
 // REMARK: remark: [opfuse-fuse-epilogue] fused: mm -> bias: saving {{.*}} > delta 0.10, R_fused {{.*}} < R_limit 128
 // The guard still decides: with 64 registers the fused kernel does not fit.
-// GUARD: remark: [opfuse-fuse-epilogue] not fused: mm -> bias: R_fused {{.*}} >= R_limit 64
+// GUARD: remark: [opfuse-fuse-epilogue] not fused: mm -> bias: R_fused {{.*}} >= R_limit 32
 func.func @linear_relu(%x: tensor<64x32xf32>, %w: tensor<32x48xf32>, %b: tensor<48xf32>) -> tensor<64x48xf32> {
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<64x48xf32>

@@ -9,8 +9,8 @@
 
 // G1 with a register limit under the fused kernel's estimate: refused by R, and the
 // limit that would accept it is one more than R_fused.
-// RUN: fuse-opt %S/../../examples/g1_mlp.mlir --opfuse-fuse-elementwise="r-limit=45" --opfuse-outline --opfuse-report=text | filecheck %s --check-prefix=RLIMIT
-// RLIMIT: decision gelu1.pow: not fused [fuse-elementwise] fc1.bias -> gelu1.pow: R_fused [[R:[0-9]+]] >= R_limit 45 (would fuse with R_limit >= {{[0-9]+}})
+// RUN: fuse-opt %S/../../examples/g1_mlp.mlir --opfuse-fuse-elementwise="r-limit=24" --opfuse-outline --opfuse-report=text | filecheck %s --check-prefix=RLIMIT
+// RLIMIT: decision gelu1.pow: not fused [fuse-elementwise] fc1.bias -> gelu1.pow: R_fused [[R:[0-9]+]] >= R_limit 24 (would fuse with R_limit >= {{[0-9]+}})
 
 // G3 (softmax) with the reduction's consumer fusion switched off: structural refusals
 // carry no threshold.
