@@ -16,14 +16,15 @@ IR conventions (the fusion passes rely on them):
   (``(d0, d1) -> (d0, 0)``). Python scalars are ``arith.constant`` ops inside the body.
 * A reduction is one ``linalg.generic`` with ``"reduction"`` iterators on the reduced dims,
   the output map drops them, the init is ``linalg.fill`` of 0 (sum) or -inf (max, written
-  as the hex bit pattern, e.g. ``0xFF800000 : f32``). Reductions accumulate in the tensor's
-  own dtype. ``keepdims=True`` is lazy: the handle keeps the reduced value and its logical
+  as the hex bit pattern, e.g. ``0xFF800000 : f32``). f16/bf16 sums accumulate in f32
+  (``arith.extf`` in the body, an f32 init) and are rounded by a following elementwise
+  ``arith.truncf`` (named ``round``); other reductions stay in the tensor's dtype. ``keepdims=True`` is lazy: the handle keeps the reduced value and its logical
   shape with 1s; an elementwise consumer drops those axes from its input map
   (``(d0, d1) -> (d0)``). Only an output or a non-elementwise consumer materializes the
   1s with ``tensor.expand_shape``. ``mean`` is ``sum`` then an elementwise multiply by 1/N.
 * f16/bf16: transcendental ops (exp, log, tanh, erf, sqrt, rsqrt, pow, sigmoid) are
   computed in f32 inside the body (``arith.extf`` -> math op -> ``arith.truncf``);
-  arithmetic (add, mul, ...) and reductions stay in the tensor's dtype.
+  arithmetic (add, mul, ...) stays in the tensor's dtype.
 * ``matmul``: ``linalg.matmul`` (2-D) or ``linalg.batch_matmul`` (3-D; 4-D collapses the two
   batch dims with ``tensor.collapse_shape`` and expands the result back) on a
   ``linalg.fill`` 0 init. ``transpose``: ``linalg.transpose``. ``broadcast_to``:
@@ -37,8 +38,8 @@ IR conventions (the fusion passes rely on them):
 Reference semantics: every op is computed in float64 and its result rounded to the graph
 dtype (float32; float16; bf16 emulated as round-to-nearest-even float32 values, returned as
 ``np.float32``), i.e. every intermediate tensor has the storage precision the IR gives it.
-Reductions are exact-then-rounded, so f16/bf16 results differ from the IR's in-dtype
-accumulation by normal rounding error.
+Reductions are exact-then-rounded, so f16/bf16 sums differ from the IR's f32 accumulation
+by the f32 rounding error only.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ _BINARY_ARITH = {
     "maximum": "arith.maximumf",
     "minimum": "arith.minimumf",
 }
+_HALF = ("f16", "bf16")
 _REDUCE = {"sum": ("arith.addf", 0.0), "max": ("arith.maximumf", -math.inf)}
 
 
@@ -96,6 +98,7 @@ _NUMPY: dict[str, Callable[..., np.ndarray]] = {
     "relu": lambda x: np.maximum(x, 0.0),
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "copy": lambda x: x,
+    "cast": lambda x: x,  # the rounding to the node's dtype happens for every node
 }
 
 
@@ -757,6 +760,7 @@ class Graph:
         name: str | None,
         out_shape: Shape | None = None,
         default: str | None = None,
+        out_dtype: str | None = None,
         **attrs: Any,
     ) -> Tensor:
         for o in operands:
@@ -765,12 +769,14 @@ class Graph:
         tensors = [self._own(o) for o in operands if isinstance(o, Tensor)]
         if not tensors:
             raise OpfuseError(f"{fn}: needs at least one Tensor operand")
-        dtype = self._same_dtype(fn, tensors)
+        dtype = out_dtype or self._same_dtype(fn, tensors)
         shape, lazy = self._broadcast(fn, tensors, out_shape)
         domain = [k for k in range(len(shape)) if k not in lazy]
         maps = [self._input_map(t, shape, domain) for t in tensors]
         args = tuple(o if isinstance(o, Tensor) else float(o) for o in operands)
         physical = tuple(shape[k] for k in domain)
+        if out_dtype is not None:
+            attrs["src"] = tensors[0].dtype
         node = self._node(
             "ew", name, physical, dtype, args, default or fn, fn=fn, maps=maps, logical=shape,
             **attrs,
@@ -818,11 +824,19 @@ class Graph:
         x = self._materialize(self._own(x))
         axes = self._axes(x, axis)
         physical = tuple(d for k, d in enumerate(x.shape) if k not in axes)
-        node = self._node("reduce", name, physical, x.dtype, (x,), kind, kind=kind, axes=axes)
+        # f16/bf16 sums accumulate in f32 (a bf16 accumulator loses the sum after a few
+        # hundred terms), then round once; a max is exact in any dtype
+        acc = "f32" if kind == "sum" and x.dtype in _HALF else x.dtype
+        node = self._node("reduce", name, physical, acc, (x,), kind, kind=kind, axes=axes)
         if not keepdims:
-            return Tensor(self, node, physical)
-        logical = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
-        return Tensor(self, node, logical, axes)
+            result = Tensor(self, node, physical)
+        else:
+            logical = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
+            result = Tensor(self, node, logical, axes)
+        if acc != x.dtype:
+            result = self._elementwise("cast", (result,), None, out_dtype=x.dtype,
+                                       default="round")
+        return result
 
     # ----------------------------------------------------------------- reference evaluation
 
@@ -922,6 +936,8 @@ class _Body:
             return self.op(f"arith.maximumf {a[0]}, {zero} : {t}")
         if fn == "copy":
             return a[0]
+        if fn == "cast":  # f32 accumulator -> f16/bf16
+            return self.op(f"arith.truncf {a[0]} : {attrs['src']} to {t}")
         # transcendental: computed in f32 so that f16/bf16 lower everywhere
         x = self.to_f32(a[0])
         if fn in _UNARY_MATH:
@@ -1051,7 +1067,10 @@ class _Printer:
         iterators = ["reduction" if k in axes else "parallel" for k in range(x.ndim)]
 
         def payload(body: _Body, block: list[str], acc: str) -> str:
-            return body.op(f"{op} {block[0]}, {acc} : {node.dtype}")
+            v = block[0]
+            if x.dtype != node.dtype:  # a half-precision input summed in f32
+                v = body.op(f"arith.extf {v} : {x.dtype} to {node.dtype}")
+            return body.op(f"{op} {v}, {acc} : {node.dtype}")
 
         return self._generic(node, [x], maps, iterators, self._init(node, init), payload)
 
