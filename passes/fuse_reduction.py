@@ -65,6 +65,23 @@ def _compatible(p: Group, c: Group, options: Options) -> str | None:
             f"{shape_str(p.domain)} or their results {shape_str(p.row_domain)}")
 
 
+def _glue_chain(planner: Planner, p: Group, c: Group) -> list[Group]:
+    """``c`` and the loop groups it feeds, through any number of glue groups over the
+    reduced domain (round to f16, scale by 1/n, add eps, rsqrt), up to the first groups
+    over the row domain, in block order."""
+    chain, seen, frontier = [c], {c.gid}, [c]
+    while frontier:
+        g = frontier.pop()
+        for d in planner.consumer_groups(g):
+            if d.gid in seen or not d.is_loop or d.domain not in (p.domain, p.row_domain):
+                continue
+            seen.add(d.gid)
+            chain.append(d)
+            if d.domain == p.row_domain:
+                frontier.append(d)
+    return sorted(chain, key=lambda g: g.first)
+
+
 def _plan(planner: Planner, options: Options) -> None:
     accept = lambda p, c: _has_reduction(p) or _has_reduction(c)  # noqa: E731
     for p, c in candidate_pairs(planner, accept):
@@ -75,8 +92,6 @@ def _plan(planner: Planner, options: Options) -> None:
         if _has_reduction(p) and not _has_reduction(c) and c.domain == p.row_domain:
             # glue over the reduced domain (mean = sum / n): judged together with the
             # row-domain consumers it feeds, which is what fusing it enables
-            chain = [c] + [d for d in planner.consumer_groups(c)
-                           if d.is_loop and d.domain in (p.domain, p.row_domain)]
-            planner.try_merge_chain(p, chain, why="after reduction")
+            planner.try_merge_chain(p, _glue_chain(planner, p, c), why="after reduction")
             continue
         planner.try_merge(p, c, why="into reduction" if _has_reduction(c) else "after reduction")

@@ -317,13 +317,15 @@ class Planner:
         if p is c:
             return c
         merged = self._preview(p, c, 0)
+        # from p and c as they are: ``big`` is one of them and is updated below
+        domain, row_domain = _merged_domain(p, c)
         big, small = (p, c) if len(p.members) >= len(c.members) else (c, p)
         big.members.extend(small.members)
         big.reads, big.outputs = merged.reads, merged.outputs
         big.flops, big.peak, big.elem_bytes = merged.flops, merged.peak, merged.elem_bytes
         big.kinds = merged.kinds
         big.first, big.last = min(p.first, c.first), max(p.last, c.last)
-        big.domain, big.row_domain = _merged_domain(p, c)
+        big.domain, big.row_domain = domain, row_domain
         self._parent[small.gid] = big.gid
         del self._groups[small.gid]
         return big
