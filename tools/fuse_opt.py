@@ -217,18 +217,9 @@ def _fuel(text: str) -> int:
 
 
 def _select_pipeline(args: argparse.Namespace, flags: list[tuple[str, str]]) -> pl.Pipeline:
-    if args.pass_pipeline is not None and flags:
-        raise OpfuseError("--pass-pipeline cannot be combined with individual pass flags "
-                          f"({', '.join('--' + n for n, _ in flags)})")
-    if args.disable_pass and (args.pass_pipeline is not None or flags):
-        raise OpfuseError("--disable-pass applies to the default pipeline only")
-    if args.pass_pipeline is not None:
-        return pl.Pipeline.parse(args.pass_pipeline)
-    if flags:
-        pipeline = pl.Pipeline()
-        for name, options in flags:
-            pipeline.append(pl.Pipeline.parse(f"{name}{{{options}}}" if options else name).steps[0])
-        return pipeline
+    chosen = cli.select_pipeline(args, flags)
+    if chosen is not None:
+        return chosen
     extra = {"measure_registers": True} if args.measure_registers else {}
     return pl.Pipeline.default(disable=args.disable_pass, **extra)
 

@@ -26,6 +26,7 @@ from mlir import ir
 
 from ..errors import OpfuseError
 from ..ir import parse_module, print_module
+from .schedule import DTYPES
 
 #: Stage names in pipeline order (ARCHITECTURE.md); ``cpu`` is the LLVM-dialect module.
 STAGES = ("linalg", "fused", "kernels", "nvvm", "ptx", "cubin", "cpu")
@@ -35,17 +36,9 @@ _CPU_SOURCES = ("fused", "linalg")
 
 BACKENDS = ("cpu", "cuda")
 
-# MLIR element type -> numpy dtype at the function boundary. bf16 travels as its bits.
-_NUMPY_DTYPES = {
-    "f64": np.dtype(np.float64),
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(np.uint16),
-    "i64": np.dtype(np.int64),
-    "i32": np.dtype(np.int32),
-    "i16": np.dtype(np.int16),
-    "i8": np.dtype(np.int8),
-}
+# MLIR element type -> numpy dtype at the function boundary (bf16 travels as its bits);
+# kept in the MLIR-free schedule module, which bundles use without the compiler.
+_NUMPY_DTYPES = DTYPES
 
 
 @dataclass(frozen=True)
