@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
-from . import builder as _b
+from . import printer as _printer
 from .builder import Graph, Tensor
 from .torch_decompositions import decomposition_table
 
@@ -442,14 +442,14 @@ class _TorchGraph(Graph):
         return env[id(x.node)].reshape(x.shape)[index].reshape(node.shape)
 
 
-class _TorchPrinter(_b._Printer):
+class _TorchPrinter(_printer.Printer):
     def _slice(self, node: Any) -> str:
         (x,) = node.args
         at = node.attrs
-        out = _b._tensor_type(node.shape, node.dtype)
+        out = _printer._tensor_type(node.shape, node.dtype)
         return self.emit(
             f"tensor.extract_slice {self.val(x)}{at['offsets']}{at['sizes']}{at['strides']} : "
-            f"{_b._ty(x)} to {out}",
+            f"{_printer._ty(x)} to {out}",
             node,
         )
 

@@ -1,0 +1,272 @@
+"""MLIR text for an ``opfuse.builder.Graph``: one ``func.func`` of linalg on tensors.
+
+The IR conventions are the builder's (see ``opfuse.frontends.builder``); this module only
+spells them. Kept apart from the graph so that each file stays readable.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from ..errors import OpfuseError
+from .builder import Graph, Shape, Tensor, _Node
+
+# -inf as the bit pattern of each type: a decimal literal cannot spell it.
+_NEG_INF = {"f32": "0xFF800000", "f16": "0xFC00", "bf16": "0xFF80"}
+
+_UNARY_MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt")
+_BINARY_ARITH = {
+    "add": "arith.addf",
+    "sub": "arith.subf",
+    "mul": "arith.mulf",
+    "div": "arith.divf",
+    "maximum": "arith.maximumf",
+    "minimum": "arith.minimumf",
+}
+_REDUCE = {"sum": ("arith.addf", 0.0), "max": ("arith.maximumf", -math.inf)}
+
+
+def _tensor_type(shape: Shape, dtype: str) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + dtype + ">"
+
+
+def _float_literal(value: float, dtype: str) -> str:
+    if math.isinf(value) and value < 0:
+        return _NEG_INF[dtype]
+    if not math.isfinite(value):
+        raise OpfuseError(f"constant {value} is not supported (finite values and -inf only)")
+    text = repr(float(value))
+    # MLIR float literals need a '.' before an exponent ("1e-05" lexes as an integer).
+    return text if "." in text else text.replace("e", ".0e")
+
+
+def _affine_map(rank: int, results: Sequence[int | str]) -> str:
+    dims = ", ".join(f"d{i}" for i in range(rank))
+    res = ", ".join(f"d{r}" if isinstance(r, int) else r for r in results)
+    return f"affine_map<({dims}) -> ({res})>"
+
+
+class _Body:
+    """The scalar payload of one ``linalg.generic``, in the op's dtype ``t``."""
+
+    def __init__(self, printer: Printer, dtype: str):
+        self.p, self.t, self.lines = printer, dtype, []
+
+    def op(self, text: str) -> str:
+        v = self.p.fresh()
+        self.lines.append(f"{v} = {text}")
+        return v
+
+    def const(self, value: float, t: str | None = None) -> str:
+        t = t or self.t
+        return self.op(f"arith.constant {_float_literal(value, t)} : {t}")
+
+    def to_f32(self, v: str) -> str:
+        return v if self.t == "f32" else self.op(f"arith.extf {v} : {self.t} to f32")
+
+    def from_f32(self, v: str) -> str:
+        return v if self.t == "f32" else self.op(f"arith.truncf {v} : f32 to {self.t}")
+
+    def compute(self, fn: str, a: list[str], attrs: dict) -> str:
+        """Emit ``fn`` on the operand names ``a``; returns the result's name."""
+        t = self.t
+        if fn in _BINARY_ARITH:
+            return self.op(f"{_BINARY_ARITH[fn]} {a[0]}, {a[1]} : {t}")
+        if fn == "neg":
+            return self.op(f"arith.negf {a[0]} : {t}")
+        if fn == "relu":
+            zero = self.const(0.0)
+            return self.op(f"arith.maximumf {a[0]}, {zero} : {t}")
+        if fn == "copy":
+            return a[0]
+        if fn == "cast":  # f32 accumulator -> f16/bf16
+            return self.op(f"arith.truncf {a[0]} : {attrs['src']} to {t}")
+        # transcendental: computed in f32 so that f16/bf16 lower everywhere
+        x = self.to_f32(a[0])
+        if fn in _UNARY_MATH:
+            r = self.op(f"math.{fn} {x} : f32")
+        elif fn == "sigmoid":
+            one = self.const(1.0, "f32")
+            neg = self.op(f"arith.negf {x} : f32")
+            e = self.op(f"math.exp {neg} : f32")
+            den = self.op(f"arith.addf {e}, {one} : f32")
+            r = self.op(f"arith.divf {one}, {den} : f32")
+        else:
+            r = self._pow(x, attrs["exponent"])
+        return self.from_f32(r)
+
+    def _pow(self, x: str, exponent: float) -> str:
+        if exponent.is_integer() and 1 <= exponent <= 4:
+            r = x
+            for _ in range(int(exponent) - 1):
+                r = self.op(f"arith.mulf {r}, {x} : f32")
+            return r
+        c = self.const(exponent, "f32")
+        return self.op(f"math.powf {x}, {c} : f32")
+
+
+class Printer:
+    """Prints the live nodes of a graph as MLIR text in the ops' custom syntax."""
+
+    def __init__(self, graph: Graph):
+        self.g = graph
+        self.lines: list[str] = []
+        self.vals: dict[int, str] = {}
+        self.count = 0
+
+    def fresh(self) -> str:
+        v = f"%{self.count}"
+        self.count += 1
+        return v
+
+    def val(self, t: Tensor) -> str:
+        return self.vals[id(t.node)]
+
+    def emit(self, text: str, node: _Node) -> str:
+        v = self.fresh()
+        self.lines.append(f'    {v} = {text} loc("{node.name}")')
+        return v
+
+    def module(self, comment: str | None) -> str:
+        g = self.g
+        for t in g.inputs:
+            self.vals[id(t.node)] = f"%{t.name}"
+        for node in g._live_nodes():
+            self.vals[id(node)] = getattr(self, f"_{node.op}")(node)
+        args = ", ".join(f'%{t.name}: {_ty(t)} loc("{t.name}")' for t in g.inputs)
+        types = ", ".join(_ty(t) for t in g.outputs)
+        results = ", ".join(self.val(t) for t in g.outputs)
+        return "\n".join(
+            [
+                *([f"// {comment}"] if comment else []),
+                "module {",
+                f"  func.func @{g.name}({args}) -> ({types}) {{",
+                *self.lines,
+                f"    return {results} : {types}",
+                f'  }} loc("{g.name}")',
+                "}",
+                "",
+            ]
+        )
+
+    def _init(self, node: _Node, value: float | None) -> str:
+        """``tensor.empty`` for ``node``'s result, filled with ``value`` unless None."""
+        ty = _tensor_type(node.shape, node.dtype)
+        e = self.emit(f"tensor.empty() : {ty}", node)
+        if value is None:
+            return e
+        c = self.emit(f"arith.constant {_float_literal(value, node.dtype)} : {node.dtype}", node)
+        return self.emit(f"linalg.fill ins({c} : {node.dtype}) outs({e} : {ty}) -> {ty}", node)
+
+    def _generic(
+        self,
+        node: _Node,
+        ins: list[Tensor],
+        maps: list[str],
+        iterators: list[str],
+        init: str,
+        payload: Callable[[_Body, list[str], str], str],
+    ) -> str:
+        ty = _tensor_type(node.shape, node.dtype)
+        result = self.fresh()
+        block = [self.fresh() for _ in ins]
+        acc = self.fresh()
+        body = _Body(self, node.dtype)
+        r = payload(body, block, acc)
+        names = ", ".join(self.val(t) for t in ins)
+        types = ", ".join(_ty(t) for t in ins)
+        bb_args = [f"{v}: {t.dtype}" for v, t in zip(block, ins)] + [f"{acc}: {node.dtype}"]
+        iters = ", ".join(f'"{i}"' for i in iterators)
+        self.lines += [
+            f"    {result} = linalg.generic {{indexing_maps = [{', '.join(maps)}], "
+            f"iterator_types = [{iters}]}} ins({names} : {types}) outs({init} : {ty}) {{",
+            f"    ^bb0({', '.join(bb_args)}):",
+            *(f"      {line}" for line in body.lines),
+            f"      linalg.yield {r} : {node.dtype}",
+            f'    }} -> {ty} loc("{node.name}")',
+        ]
+        return result
+
+    def _ew(self, node: _Node) -> str:
+        ins = [a for a in node.args if isinstance(a, Tensor)]
+        rank = len(node.shape)
+        maps = [_affine_map(rank, m) for m in node.attrs["maps"]]
+        maps.append(_affine_map(rank, range(rank)))
+
+        def payload(body: _Body, block: list[str], acc: str) -> str:
+            it = iter(block)
+            operands = [next(it) if isinstance(a, Tensor) else body.const(a) for a in node.args]
+            return body.compute(node.attrs["fn"], operands, node.attrs)
+
+        init = self._init(node, None)
+        return self._generic(node, ins, maps, ["parallel"] * rank, init, payload)
+
+    def _reduce(self, node: _Node) -> str:
+        (x,) = node.args
+        axes = node.attrs["axes"]
+        op, init = _REDUCE[node.attrs["kind"]]
+        kept = [k for k in range(x.ndim) if k not in axes]
+        maps = [_affine_map(x.ndim, range(x.ndim)), _affine_map(x.ndim, kept)]
+        iterators = ["reduction" if k in axes else "parallel" for k in range(x.ndim)]
+
+        def payload(body: _Body, block: list[str], acc: str) -> str:
+            v = block[0]
+            if x.dtype != node.dtype:  # a half-precision input summed in f32
+                v = body.op(f"arith.extf {v} : {x.dtype} to {node.dtype}")
+            return body.op(f"{op} {v}, {acc} : {node.dtype}")
+
+        return self._generic(node, [x], maps, iterators, self._init(node, init), payload)
+
+    def _matmul(self, node: _Node) -> str:
+        x, y = node.args
+        ty = _tensor_type(node.shape, node.dtype)
+        init = self._init(node, 0.0)
+        ins = f"ins({self.val(x)}, {self.val(y)} : {_ty(x)}, {_ty(y)})"
+        return self.emit(f"linalg.{node.op} {ins} outs({init} : {ty}) -> {ty}", node)
+
+    _batch_matmul = _matmul
+
+    def _transpose(self, node: _Node) -> str:
+        (x,) = node.args
+        outs = f"outs({self._init(node, None)} : {_tensor_type(node.shape, node.dtype)})"
+        perm = node.attrs["perm"]
+        return self.emit(
+            f"linalg.transpose ins({self.val(x)} : {_ty(x)}) {outs} permutation = {perm}", node
+        )
+
+    def _broadcast(self, node: _Node) -> str:
+        (x,) = node.args
+        outs = f"outs({self._init(node, None)} : {_tensor_type(node.shape, node.dtype)})"
+        dims = node.attrs["dims"]
+        return self.emit(
+            f"linalg.broadcast ins({self.val(x)} : {_ty(x)}) {outs} dimensions = {dims}", node
+        )
+
+    def _collapse(self, node: _Node) -> str:
+        (x,) = node.args
+        groups, out = node.attrs["groups"], _tensor_type(node.shape, node.dtype)
+        return self.emit(
+            f"tensor.collapse_shape {self.val(x)} {groups} : {_ty(x)} into {out}", node
+        )
+
+    def _expand(self, node: _Node) -> str:
+        (x,) = node.args
+        groups, out = node.attrs["groups"], _tensor_type(node.shape, node.dtype)
+        return self.emit(
+            f"tensor.expand_shape {self.val(x)} {groups} output_shape {list(node.shape)} : "
+            f"{_ty(x)} into {out}",
+            node,
+        )
+
+    def _reshape(self, node: _Node) -> str:
+        (x,) = node.args
+        st = f"tensor<{len(node.shape)}xi64>"
+        s = self.emit(f"arith.constant dense<{list(node.shape)}> : {st}", node)
+        out = _tensor_type(node.shape, node.dtype)
+        return self.emit(f"tensor.reshape {self.val(x)}({s}) : ({_ty(x)}, {st}) -> {out}", node)
+
+
+def _ty(t: Tensor) -> str:
+    """The MLIR type of the value behind ``t`` (without pending keepdims axes)."""
+    return _tensor_type(t.node.shape, t.dtype)
