@@ -377,3 +377,22 @@ def test_error_unknown_graph_dtype_and_bad_reference_inputs() -> None:
         g.reference(x=np.zeros((3, 2)))
     with pytest.raises(OpfuseError, match="missing inputs"):
         g.reference(y=np.zeros((2, 3)))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_precision_sums_and_matmuls_accumulate_in_f32(dtype):
+    """Regression: sums and matmuls accumulated in the tensor's dtype; in bf16, 256 + 1
+    rounds back to 256, so the sum of 1024 ones came out as 256. They now accumulate in f32
+    and round once (1024 is exact in both dtypes)."""
+    import opfuse
+    from opfuse.runtime.executable import bf16_bits_to_float32, float32_to_bf16_bits
+
+    g = Graph("acc", dtype=dtype)
+    x = g.input("x", (1, 1024))
+    w = g.input("w", (1024, 1))
+    g.output(g.sum(x, axis=-1), g.matmul(x, w))
+    ones = [np.ones((1, 1024), np.float32), np.ones((1024, 1), np.float32)]
+    args = [float32_to_bf16_bits(a) if dtype == "bf16" else a.astype(np.float16) for a in ones]
+    outs = opfuse.compile(g, backend="cpu")(*args)
+    values = [bf16_bits_to_float32(o) if dtype == "bf16" else o for o in outs]
+    assert [float(v.ravel()[0]) for v in values] == [1024.0, 1024.0]

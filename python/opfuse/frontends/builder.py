@@ -27,7 +27,8 @@ IR conventions (the fusion passes rely on them):
   arithmetic (add, mul, ...) stays in the tensor's dtype.
 * ``matmul``: ``linalg.matmul`` (2-D) or ``linalg.batch_matmul`` (3-D; 4-D collapses the two
   batch dims with ``tensor.collapse_shape`` and expands the result back) on a
-  ``linalg.fill`` 0 init. ``transpose``: ``linalg.transpose``. ``broadcast_to``:
+  ``linalg.fill`` 0 init (f32 for f16/bf16 operands, then a ``round`` op back to their
+  dtype, like the sums). ``transpose``: ``linalg.transpose``. ``broadcast_to``:
   ``linalg.broadcast`` when it only adds leading dims, else a copy ``linalg.generic`` with a
   broadcasting input map. ``reshape``: ``tensor.collapse_shape``/``tensor.expand_shape``
   when it is a pure collapse or expand, else ``tensor.reshape`` with an i64 shape constant.
@@ -470,7 +471,8 @@ class Graph:
     def matmul(self, x: Tensor, y: Tensor, *, name: str | None = None) -> Tensor:
         """Matrix product of 2-D, 3-D (batched) or 4-D (two batch dims) operands.
 
-        The accumulator is ``x``'s dtype, initialized by ``linalg.fill`` of 0. 4-D operands
+        The accumulator (a ``linalg.fill`` of 0) is f32 for f16/bf16 operands, with a ``round``
+        op back to their dtype after it, else ``x``'s dtype. 4-D operands
         are collapsed to 3-D (``<name>.lhs``/``.rhs``) and the result expanded (``.out``).
         """
         x, y = (self._materialize(self._own(t)) for t in (x, y))
@@ -484,14 +486,28 @@ class Graph:
         shape = (*x.shape[:-1], y.shape[-1])
         if x.ndim < 4:
             op = "matmul" if x.ndim == 2 else "batch_matmul"
-            return Tensor(self, self._node(op, name, shape, x.dtype, (x, y), "matmul"), shape)
+            node = self._node(op, name, shape, self._accumulator(x), (x, y), "matmul")
+            return self._round_to(Tensor(self, node, shape), x.dtype)
         full = self._unique(self._scoped(name, "matmul"))
         batch = x.shape[0] * x.shape[1]
         x3 = self.reshape(x, (batch, *x.shape[2:]), name=f"{full}.lhs")
         y3 = self.reshape(y, (batch, *y.shape[2:]), name=f"{full}.rhs")
         shape3 = (batch, *shape[2:])
-        node = self._node("batch_matmul", None, shape3, x.dtype, (x3, y3), exact=full)
-        return self.reshape(Tensor(self, node, shape3), shape, name=f"{full}.out")
+        acc = self._accumulator(x)
+        node = self._node("batch_matmul", None, shape3, acc, (x3, y3), exact=full)
+        product = self._round_to(Tensor(self, node, shape3), x.dtype)
+        return self.reshape(product, shape, name=f"{full}.out")
+
+    @staticmethod
+    def _accumulator(x: Tensor) -> str:
+        """f16/bf16 products and sums accumulate in f32 (like torch and cuBLAS)."""
+        return "f32" if x.dtype in _HALF else x.dtype
+
+    def _round_to(self, t: Tensor, dtype: str) -> Tensor:
+        """``t`` rounded to ``dtype`` by an elementwise ``round`` op (if it is not already)."""
+        if t.dtype == dtype:
+            return t
+        return self._elementwise("cast", (t,), None, out_dtype=dtype, default="round")
 
     # ----------------------------------------------------------------- compositions
 
@@ -797,17 +813,12 @@ class Graph:
         physical = tuple(d for k, d in enumerate(x.shape) if k not in axes)
         # f16/bf16 sums accumulate in f32 (a bf16 accumulator loses the sum after a few
         # hundred terms), then round once; a max is exact in any dtype
-        acc = "f32" if kind == "sum" and x.dtype in _HALF else x.dtype
+        acc = self._accumulator(x) if kind == "sum" else x.dtype
         node = self._node("reduce", name, physical, acc, (x,), kind, kind=kind, axes=axes)
         if not keepdims:
-            result = Tensor(self, node, physical)
-        else:
-            logical = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
-            result = Tensor(self, node, logical, axes)
-        if acc != x.dtype:
-            result = self._elementwise("cast", (result,), None, out_dtype=x.dtype,
-                                       default="round")
-        return result
+            return self._round_to(Tensor(self, node, physical), x.dtype)
+        logical = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
+        return self._round_to(Tensor(self, node, logical, axes), x.dtype)
 
     # ----------------------------------------------------------------- reference evaluation
 
