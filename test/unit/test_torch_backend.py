@@ -3,11 +3,10 @@ eager on the CPU backend, the eager fallbacks, the entry point and the seed demo
 
 Numerics: max |opfuse - eager| <= TOL[dtype] * max |eager|, both run on this machine's CPU.
 * f32: 1e-5 (measured worst 1.1e-6, RMSNorm+SwiGLU).
-* f16: 2e-2 and bf16: 1e-1 (measured worst 6.6e-3 / 8.8e-2, softmax over 256 columns). These
-  are loose on purpose and say so: the imported IR accumulates reductions and matmuls in the
-  storage dtype where torch accumulates in float32 (torch's own error against float64 on
-  the same models is 3e-4..8e-4 for f16 and 2e-3..7e-3 for bf16).
-  ``test_half_precision_accumulates_like_torch`` records that gap as an expected failure.
+* f16: 1e-2 and bf16: 3e-2, a few units in the last place of each dtype (f16 keeps 11
+  significant bits, bf16 8). Half-precision sums and matmuls accumulate in float32 like
+  torch; before they did (bf16 softmax error 8.8e-2) these bounds had to be 2e-2 / 1e-1.
+  ``test_half_precision_accumulates_like_torch`` keeps that fixed.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from opfuse.torch_backend import opfuse_backend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-TOL = {"f32": 1e-5, "f16": 2e-2, "bf16": 1e-1}
+TOL = {"f32": 1e-5, "f16": 1e-2, "bf16": 3e-2}
 # the pyproject.toml line is  opfuse = "opfuse.torch_backend:opfuse_backend"  under
 # [project.entry-points.torch_dynamo_backends]; entry_points.txt carries it unquoted
 ENTRY_POINT = "opfuse = opfuse.torch_backend:opfuse_backend"
