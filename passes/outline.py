@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import func
 
-from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, FuncGraph, functions
+from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, FuncGraph, external_values, functions
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import is_free_op
 from opfuse.cost import GuardOptions
@@ -64,7 +64,7 @@ def _make_kernel(host: ir.Operation, name: str, members: list[ir.Operation],
     """Move ``members`` into a new private function placed before ``host``; returns it and
     the host values to pass as its arguments."""
     ctx = host.context
-    free_ops, args = _external_values(host, members)
+    free_ops, args = external_values(host, members)
     with ir.InsertionPoint(host), members[-1].location:
         kernel = func.FuncOp(name, ([a.type for a in args], [v.type for v in outputs]),
                              visibility="private")
@@ -100,37 +100,6 @@ def _make_kernel(host: ir.Operation, name: str, members: list[ir.Operation],
     for key, value in figures.items():
         attrs[key] = ir.IntegerAttr.get(i64, value)
     return kernel.operation, args
-
-
-def _external_values(host: ir.Operation, members: list[ir.Operation]):
-    """Free ops to clone into the kernel (in host order) and values to pass as arguments."""
-    member_set = set(members)
-    free: dict[ir.Operation, None] = {}
-    args: dict[ir.Value, None] = {}
-
-    def visit_value(v: ir.Value) -> None:
-        owner = v.owner
-        if isinstance(owner, ir.Block):
-            if owner.owner.operation == host:
-                args.setdefault(v)
-            return
-        op = owner.operation
-        if op in member_set or op.parent is None or op.parent.operation != host:
-            return  # defined inside the group or inside a region
-        if is_free_op(op):
-            if op not in free:
-                for operand in op.operands:
-                    visit_value(operand)
-                free[op] = None
-            return
-        args.setdefault(v)
-
-    for m in members:
-        for inner in walk_nested(m):
-            for operand in inner.operands:
-                visit_value(operand)
-    order = {op: i for i, op in enumerate(o.operation for o in host.regions[0].blocks[0].operations)}
-    return sorted(free, key=order.__getitem__), list(args)
 
 
 def _remap(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> None:

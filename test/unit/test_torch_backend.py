@@ -12,7 +12,6 @@ Numerics: max |opfuse - eager| <= TOL[dtype] * max |eager|, both run on this mac
 from __future__ import annotations
 
 import importlib.metadata
-import math
 import re
 import subprocess
 import sys
@@ -34,6 +33,14 @@ from opfuse.frontends.torch import UnsupportedOpError  # noqa: E402
 from opfuse.runtime.executable import Executable  # noqa: E402
 from opfuse import torch_backend  # noqa: E402
 from opfuse.torch_backend import opfuse_backend  # noqa: E402
+from torch_models import Attention, RMSNormSwiGLU, Softmax, encoder_layer  # noqa: E402
+from torch_models import seed_mlp as _seed_mlp  # noqa: E402
+
+
+def seed_mlp(d: int = 256) -> nn.Module:
+    """The seed's demo model with nn.GELU()'s default (erf) form."""
+    return _seed_mlp(d, approximate="none")
+
 
 ROOT = Path(__file__).resolve().parents[2]
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -53,43 +60,9 @@ HAVE_ENTRY_POINT = _entry_point() is not None
 # --------------------------------------------------------------------------- models
 
 
-def seed_mlp(d: int = 256) -> nn.Module:
-    """The seed's demo model: Linear(d,d) -> GELU -> Linear(d,d) -> GELU."""
-    return nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.GELU())
-
-
-class Softmax(nn.Module):
-    def forward(self, x):
-        return torch.softmax(x, dim=-1)
-
-
-class Attention(nn.Module):
-    """softmax(Q Kᵀ / sqrt(d)) V written with matmuls."""
-
-    def forward(self, q, k, v):
-        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
-
-
-class RMSNormSwiGLU(nn.Module):
-    def __init__(self, d: int = 256, hidden: int = 512):
-        super().__init__()
-        self.norm = nn.RMSNorm(d, eps=1e-6)
-        self.gate = nn.Linear(d, hidden, bias=False)
-        self.up = nn.Linear(d, hidden, bias=False)
-        self.down = nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x):
-        h = self.norm(x)
-        return self.down(F.silu(self.gate(h)) * self.up(h))
-
-
 class CumSum(nn.Module):
     def forward(self, x):
         return torch.cumsum(x, dim=1) * 2
-
-
-def encoder_layer() -> nn.Module:
-    return nn.TransformerEncoderLayer(d_model=256, nhead=4, batch_first=True)
 
 
 # name -> (model factory, input shapes); the seed MLP and the encoder layer at the sizes the

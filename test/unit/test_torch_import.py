@@ -11,7 +11,6 @@ models: 9e-7, 1.6e-3, 1.2e-2).
 from __future__ import annotations
 
 import importlib
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +32,13 @@ from opfuse.frontends.torch import (  # noqa: E402
     import_fx,
     import_module,
 )
+from torch_models import (  # noqa: E402
+    Attention,
+    RMSNormSwiGLU,
+    Softmax,
+    encoder_layer,
+    seed_mlp,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -43,41 +49,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 
 
 # --------------------------------------------------------------------------- models
-
-
-def seed_mlp(d: int = 256, approximate: str = "tanh") -> nn.Module:
-    """The seed's demo: Linear(d,d) -> GELU -> Linear(d,d) -> GELU (G1 uses tanh GELU)."""
-    return nn.Sequential(
-        nn.Linear(d, d), nn.GELU(approximate), nn.Linear(d, d), nn.GELU(approximate)
-    )
-
-
-class Softmax(nn.Module):
-    def forward(self, x):
-        return torch.softmax(x, dim=-1)
-
-
-class Attention(nn.Module):
-    """softmax(Q Kᵀ / sqrt(d)) V written with matmuls (G5)."""
-
-    def forward(self, q, k, v):
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        return torch.softmax(scores, dim=-1) @ v
-
-
-class RMSNormSwiGLU(nn.Module):
-    """G7: down(silu(gate(h)) * up(h)) with h = RMSNorm(x)."""
-
-    def __init__(self, d: int, hidden: int):
-        super().__init__()
-        self.norm = nn.RMSNorm(d, eps=1e-6)
-        self.gate = nn.Linear(d, hidden, bias=False)
-        self.up = nn.Linear(d, hidden, bias=False)
-        self.down = nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x):
-        h = self.norm(x)
-        return self.down(F.silu(self.gate(h)) * self.up(h))
 
 
 class PreNormEncoder(nn.Module):
@@ -119,10 +90,6 @@ class PreNormEncoder3D(PreNormEncoder):
         o = F.scaled_dot_product_attention(heads(self.q), heads(self.k), heads(self.v))
         x = x + self.o(o.transpose(1, 2).reshape(b, t, d))
         return x + self.ffn2(F.gelu(self.ffn1(self.ln2(x)), approximate="tanh"))
-
-
-def encoder_layer() -> nn.Module:
-    return nn.TransformerEncoderLayer(d_model=256, nhead=4, batch_first=True)
 
 
 # name -> (model factory, input shapes) for the numerics tests

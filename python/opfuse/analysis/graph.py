@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from mlir import ir
 
 from ..errors import OpfuseError
-from ..ir import format_location
-from .opinfo import OpInfo, OpKind, describe_all, tensor_bytes
+from ..ir import format_location, walk_nested
+from .opinfo import OpInfo, OpKind, describe_all, is_free_op, tensor_bytes
 
 GROUP_ATTR = "opfuse.group"
 KIND_ATTR = "opfuse.kind"
@@ -154,3 +154,38 @@ def functions(module: ir.Module) -> list[ir.Operation]:
             continue
         out.append(op)
     return out
+
+
+def external_values(
+    host: ir.Operation, members: list[ir.Operation]
+) -> tuple[list[ir.Operation], list[ir.Value]]:
+    """What ``members`` (top-level ops of ``host``) use from the rest of ``host``, to make
+    them a function of their own: the free ops to clone into it (in host order, with the free
+    ops they use) and the values to pass as its arguments (in first-use order)."""
+    member_set = set(members)
+    free: dict[ir.Operation, None] = {}
+    args: dict[ir.Value, None] = {}
+
+    def visit_value(v: ir.Value) -> None:
+        owner = v.owner
+        if isinstance(owner, ir.Block):
+            if owner.owner.operation == host:
+                args.setdefault(v)
+            return
+        op = owner.operation
+        if op in member_set or op.parent is None or op.parent.operation != host:
+            return  # defined inside the group or inside a region
+        if is_free_op(op):
+            if op not in free:
+                for operand in op.operands:
+                    visit_value(operand)
+                free[op] = None
+            return
+        args.setdefault(v)
+
+    for m in members:
+        for inner in walk_nested(m):
+            for operand in inner.operands:
+                visit_value(operand)
+    order = {op: i for i, op in enumerate(o.operation for o in host.regions[0].blocks[0].operations)}
+    return sorted(free, key=order.__getitem__), list(args)

@@ -16,7 +16,7 @@ from typing import Sequence
 from mlir import ir
 from mlir.dialects import func as func_d
 
-from ..analysis.opinfo import is_free_op
+from ..analysis.graph import external_values
 from ..errors import OpfuseError
 from ..ir import walk_nested
 from . import ptxas as ptxas_mod
@@ -59,30 +59,7 @@ def _outline(ops: list[ir.Operation], kind: str) -> ir.Module:
     ctx = ops[0].context
     members = set(ops)
     host = ops[0].parent.operation
-    free: dict[ir.Operation, None] = {}
-    args: dict[ir.Value, None] = {}
-
-    def visit(v: ir.Value) -> None:
-        owner = v.owner
-        if isinstance(owner, ir.Block):
-            if owner.owner.operation == host:  # an argument of the function, not of a payload
-                args.setdefault(v)
-            return
-        op = owner.operation if hasattr(owner, "operation") else owner
-        if op in members or op.parent is None or op.parent.operation != host:
-            return
-        if is_free_op(op):
-            if op not in free:
-                for o in op.operands:
-                    visit(o)
-                free[op] = None
-            return
-        args.setdefault(v)
-
-    for m in ops:
-        for inner in walk_nested(m):
-            for o in inner.operands:
-                visit(o)
+    free_ops, arg_list = external_values(host, ops)
     outputs = []
     for m in ops:
         for r in m.results:
@@ -94,7 +71,6 @@ def _outline(ops: list[ir.Operation], kind: str) -> ir.Module:
     if not outputs:
         outputs = list(ops[-1].results)
     module = ir.Module.create(ir.Location.unknown(ctx))
-    arg_list = list(args)
     with ctx, ir.Location.unknown(ctx):
         with ir.InsertionPoint(module.body):
             kernel = func_d.FuncOp(
@@ -108,11 +84,8 @@ def _outline(ops: list[ir.Operation], kind: str) -> ir.Module:
             )
             wentry = wrapper.add_entry_block()
         mapping = dict(zip(arg_list, entry.arguments))
-        order = {
-            op: i for i, op in enumerate(o.operation for o in host.regions[0].blocks[0].operations)
-        }
         with ir.InsertionPoint(entry):
-            for op in sorted(free, key=order.__getitem__) + ops:
+            for op in free_ops + ops:
                 clone = op.clone()
                 for inner in walk_nested(clone):
                     for i, v in enumerate(inner.operands):
