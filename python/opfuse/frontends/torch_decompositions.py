@@ -18,7 +18,7 @@ Kept whole (see ``PRESERVED``), each one imported as:
 
 Everything else follows the default table; the core ATen ops it leaves (``gelu``,
 ``_softmax``, ``native_layer_norm``, ``addmm``, ``permute``, ``view`` ...) are imported
-one by one (``opfuse.frontends.torch``).
+one by one (the op table in ``opfuse.frontends.torch_aten``).
 """
 
 from __future__ import annotations
