@@ -8,7 +8,7 @@
 // read once), two reductions, each a warp butterfly (5 shuffles) and one exchange
 // between the 8 warps through shared memory.
 // CHECK: kernel fusion_0_input (entry fusion_0_input_kernel, emitter rows, grid [16, 1, 1], block [256, 1, 1])
-// CHECK: .shared .align 4 .b8
+// CHECK: .shared .align 16 .b8
 // CHECK-COUNT-4: ld.global.nc.v4.b32
 // CHECK-COUNT-5: shfl.sync.bfly.b32
 // CHECK: bar.sync

@@ -8,9 +8,20 @@ of the whole grid, so one pass over the body runs every thread. Lockstep executi
 barriers and warp shuffles their meaning for free (every thread has executed everything
 before the barrier when the first one passes it); control flow is executed under a mask.
 
-What it does not check: the NVVM/PTX lowering (LLVM's job) and timing-dependent races
-(lockstep hides them: the emitters are written so that no two threads write one address
-with different values, and every cross-thread read is behind a barrier or a shuffle).
+Shared memory is race-checked (like compute-sanitizer's racecheck; on by default, see
+:class:`Emulator`): lockstep would hide a missing barrier, so every workgroup access is
+recorded per block and address until the block's next ``gpu.barrier``, and a thread that
+reads what another thread of its block wrote (read-after-write), writes what another read
+(write-after-read) or writes what another wrote (write-after-write, even the same value:
+no emitter relies on that) raises :class:`~opfuse.errors.OpfuseError` naming the kernel,
+buffer, element and the two threads. Threads masked off by control flow do not access.
+
+With the race check on, a ``gpu.barrier`` that only part of a block reaches (under
+thread-dependent control flow: a hang or undefined behaviour on a GPU) is an error too.
+
+What it does not check: the NVVM/PTX lowering (LLVM's job), races through global memory
+(the emitters give every output element one writer), and warp-synchronous assumptions (a
+shuffle always sees its whole warp).
 Floating point follows numpy in the element type (``exp`` is exact-ish here and
 approximate on the GPU): compare with tolerances.
 """
@@ -23,7 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 from mlir import ir
 
-from ..errors import OpfuseError
+from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 
 WARP = 32
 
@@ -52,10 +63,15 @@ def _elem(t: ir.Type) -> ir.Type:
 
 
 class _Launch:
-    def __init__(self, grid, block, shared_sizes):
+    """One launch's thread ids and shared memory (a row of each workgroup buffer per block;
+    threads are numbered block-major, so thread ``g`` is in block ``g // threads``)."""
+
+    def __init__(self, grid, block, shared: Sequence[ir.MemRefType], kernel: str, racecheck: bool):
         self.grid, self.block = grid, block
+        self.kernel = kernel
         tb = block[0] * block[1] * block[2]
         nb = grid[0] * grid[1] * grid[2]
+        self.threads = tb
         self.n = tb * nb
         g = np.arange(self.n, dtype=np.int64)
         self.block_linear = g // tb
@@ -70,18 +86,160 @@ class _Launch:
         ]
         self.lane_base = g - (t % WARP)  # flat index of lane 0 of the thread's warp
         self.lane = t % WARP
-        self.shared = [np.zeros((nb, s[0]), dtype=s[1]) for s in shared_sizes]
+        self.shared = [np.zeros((nb, m.shape[0]), dtype=_np_type(m.element_type)) for m in shared]
+        self.races = _RaceCheck(self, [str(m) for m in shared]) if racecheck and shared else None
+
+    def where(self, g: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Block and thread coordinates of thread ``g``."""
+        c = tuple(int(i[g]) for i in self.ids)
+        return c[:3], c[3:]
+
+
+def _check_convergent(L: _Launch, mask) -> None:
+    """A block reaches a barrier with all of its threads or with none: on a GPU a barrier
+    that part of a block skips (under a thread-dependent ``scf.if``) hangs or is undefined."""
+    per_block = np.broadcast_to(np.asarray(mask, dtype=bool), (L.n,)).reshape(-1, L.threads)
+    partial = per_block.any(axis=1) & ~per_block.all(axis=1)
+    if partial.any():
+        b = int(np.argmax(partial))
+        block, _ = L.where(b * L.threads)
+        skipped = int(np.argmin(per_block[b]))
+        _, t = L.where(b * L.threads + skipped)
+        raise OpfuseError(
+            f"emulator: divergent gpu.barrier in kernel {L.kernel}: block {block} reaches it "
+            f"with {int(per_block[b].sum())} of {L.threads} threads (thread {t} skips it)",
+            exit_code=EXIT_INTERNAL_ERROR,
+        )
+
+
+class _RaceCheck:
+    """Shared-memory hazards between barriers, like compute-sanitizer's racecheck.
+
+    For each workgroup buffer, block and element it keeps, since the block's last
+    ``gpu.barrier``, the thread that wrote it and the smallest and largest thread that read
+    it (the two bounds tell whether a reader other than a given thread exists). The
+    emulator runs each op for all threads at once, so an access conflicts with every other
+    thread's access since the barrier, whatever order the GPU would run them in; within one
+    op only writes can conflict (two threads storing to one element). Threads are the
+    launch's flat indices.
+
+    Correct kernels read between barriers far more than they write (the row exchange, a
+    matmul's K loop over its staged slabs), so reads cost little: the read-after-write
+    check runs only on a buffer written since the barrier, and the readers are only
+    recorded (the accesses kept as they come) until a write to that buffer needs them.
+    """
+
+    def __init__(self, launch: _Launch, types: list[str]):
+        self.launch = launch
+        self.types = types
+        self.nb = launch.grid[0] * launch.grid[1] * launch.grid[2]
+        self.writer = [np.full(a.shape, -1, np.int64) for a in launch.shared]
+        self.read_lo = [np.full(a.shape, launch.n, np.int64) for a in launch.shared]
+        self.read_hi = [np.full(a.shape, -1, np.int64) for a in launch.shared]
+        self.written = [False] * len(types)
+        self.has_reads = [False] * len(types)  # read_lo/read_hi hold something
+        self.pending: list[list] = [[] for _ in types]  # reads not yet in read_lo/read_hi
+
+    def barrier(self, mask: np.ndarray) -> None:
+        blocks = mask.reshape(self.nb, -1).any(axis=1)
+        every = bool(blocks.all())
+        for k in range(len(self.types)):
+            if every:
+                self.pending[k].clear()
+            else:
+                self._record_reads(k)
+            if self.written[k]:
+                self.writer[k][blocks] = -1
+                self.written[k] = not every
+            if self.has_reads[k]:
+                self.read_lo[k][blocks] = self.launch.n
+                self.read_hi[k][blocks] = -1
+                self.has_reads[k] = not every
+
+    def on_read(self, k: int, addr: np.ndarray, mask: np.ndarray, op: str) -> None:
+        """The active threads read elements ``addr`` (one, or a row per thread) of buffer ``k``."""
+        if self.written[k]:
+            flat, threads = self._flat(k, addr, mask)
+            w = self.writer[k].reshape(-1)[flat]
+            bad = (w >= 0) & (w != threads)
+            if bad.any():
+                i = int(np.argmax(bad))
+                self._raise("read-after-write", k, flat[i], threads[i], w[i], op)
+        self.pending[k].append((addr, mask))
+
+    def on_write(self, k: int, addr: np.ndarray, mask: np.ndarray, op: str) -> None:
+        """The active threads write elements ``addr`` (one, or a row per thread) of buffer ``k``."""
+        flat, threads = self._flat(k, addr, mask)
+        self._record_reads(k)
+        if self.has_reads[k]:
+            lo = self.read_lo[k].reshape(-1)[flat]
+            hi = self.read_hi[k].reshape(-1)[flat]
+            bad = (hi >= 0) & ((lo != threads) | (hi != threads))
+            if bad.any():
+                i = int(np.argmax(bad))
+                other = lo[i] if lo[i] != threads[i] else hi[i]
+                self._raise("write-after-read", k, flat[i], threads[i], other, op)
+        writer = self.writer[k].reshape(-1)
+        if self.written[k]:
+            w = writer[flat]
+            bad = (w >= 0) & (w != threads)
+            if bad.any():
+                i = int(np.argmax(bad))
+                self._raise("write-after-write", k, flat[i], threads[i], w[i], op)
+        # two threads of this op on one element: one of them does not read itself back
+        writer[flat] = threads
+        bad = writer[flat] != threads
+        if bad.any():  # name the first element and its first two writers, whichever won
+            e = flat[bad].min()
+            ts = threads[flat == e]
+            self._raise("write-after-write", k, e, ts[ts != ts.min()].min(), ts.min(), op)
+        self.written[k] = True
+
+    def _flat(self, k: int, addr: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Indices into the flattened ``(blocks, size)`` state and the thread of each."""
+        addr = addr.reshape(self.launch.n, -1)[mask]
+        threads = np.repeat(np.nonzero(mask)[0], addr.shape[1])
+        flat = self.launch.block_linear[threads] * self.writer[k].shape[1] + addr.reshape(-1)
+        return flat, threads
+
+    def _record_reads(self, k: int) -> None:
+        if not self.pending[k]:
+            return
+        parts = [self._flat(k, addr, mask) for addr, mask in self.pending[k]]
+        self.pending[k].clear()
+        flat = np.concatenate([f for f, _ in parts])
+        threads = np.concatenate([t for _, t in parts])
+        np.minimum.at(self.read_lo[k].reshape(-1), flat, threads)
+        np.maximum.at(self.read_hi[k].reshape(-1), flat, threads)
+        self.has_reads[k] = True
+
+    def _raise(self, kind: str, k: int, flat, thread, other, op: str) -> None:
+        block, t = self.launch.where(int(thread))
+        _, o = self.launch.where(int(other))
+        addr = int(flat) % self.writer[k].shape[1]
+        did = "read" if kind == "write-after-read" else "wrote"
+        does = "reads" if kind == "read-after-write" else "writes"
+        raise OpfuseError(
+            f"emulator: shared-memory race in kernel {self.launch.kernel}: {kind} on workgroup "
+            f"buffer {k} ({self.types[k]}) at element {addr} in block {block}: "
+            f"thread {t} {does} it ({op}) after thread {o} {did} it, with no gpu.barrier "
+            "in between",
+            exit_code=EXIT_INTERNAL_ERROR,  # generated code: a compiler bug, not bad input
+        )
 
 
 class Emulator:
     """Runs kernel host functions of a ``kernels`` module.
 
     Args:
-        module: the kernels module (``GpuProgram.kernels_ir`` parsed), not yet outlined.
+        module: the kernels module (``GpuProgram.kernels_ir`` parsed, or its outlined form
+            for :meth:`run_entry`).
+        racecheck: raise on shared-memory races (see the module docstring).
     """
 
-    def __init__(self, module: ir.Module):
+    def __init__(self, module: ir.Module, *, racecheck: bool = True):
         self.module = module
+        self.racecheck = racecheck
         self.funcs = {}
         self.gpu_funcs = {}
         for op in module.body.operations:
@@ -110,11 +268,8 @@ class Emulator:
         n_args = len(params) - n_wg
         if len(args) != n_args:
             raise OpfuseError(f"emulator: {entry} takes {n_args} arguments, got {len(args)}")
-        shared = [
-            (ir.MemRefType(a.type).shape[0], _np_type(ir.MemRefType(a.type).element_type))
-            for a in params[n_args:]
-        ]
-        launch = _Launch(list(grid), list(block), shared)
+        shared = [ir.MemRefType(a.type) for a in params[n_args:]]
+        launch = _Launch(list(grid), list(block), shared, f"@{entry}", self.racecheck)
         env: dict = {}
         for a, buf in zip(params, args):
             env[a] = ("mem", buf.reshape(-1))
@@ -136,13 +291,13 @@ class Emulator:
             if op.name == "arith.constant":
                 env[op.results[0]] = _const(op)
             elif op.name == "gpu.launch":
-                self._launch(op, env)
+                self._launch(op, env, name)
             elif op.name == "func.return":
                 return
             else:
                 raise OpfuseError(f"emulator: unexpected host op {op.name}")
 
-    def _launch(self, op: ir.Operation, env: dict) -> None:
+    def _launch(self, op: ir.Operation, env: dict, kernel: str) -> None:
         ops = list(op.operands)
         seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
         i = seg[0]
@@ -150,11 +305,8 @@ class Emulator:
         block = [int(env[v]) for v in ops[i + 3 : i + 6]]
         body = op.regions[0].blocks[0]
         args = list(body.arguments)
-        shared = []
-        for a in args[12:]:
-            mt = ir.MemRefType(a.type)
-            shared.append((mt.shape[0], _np_type(mt.element_type)))
-        launch = _Launch(grid, block, shared)
+        shared = [ir.MemRefType(a.type) for a in args[12:]]
+        launch = _Launch(grid, block, shared, f"@{kernel}", self.racecheck)
         local = dict(env)
         for k, a in enumerate(args[:6]):
             local[a] = launch.ids[k]
@@ -188,12 +340,12 @@ class Emulator:
             return
         if name == "memref.load":
             mem, idx = get(op.operands[0]), get(op.operands[1])
-            env[op.results[0]] = self._load(mem, np.asarray(idx), mask, L, 1)
+            env[op.results[0]] = self._load(mem, np.asarray(idx), mask, L, 1, name)
             return
         if name == "vector.load":
             lanes = ir.VectorType(op.results[0].type).shape[0]
             mem, idx = get(op.operands[0]), get(op.operands[1])
-            env[op.results[0]] = self._load(mem, np.asarray(idx), mask, L, lanes)
+            env[op.results[0]] = self._load(mem, np.asarray(idx), mask, L, lanes, name)
             return
         if name == "memref.store":
             self._store(
@@ -203,6 +355,7 @@ class Emulator:
                 mask,
                 L,
                 1,
+                name,
             )
             return
         if name == "vector.store":
@@ -214,6 +367,7 @@ class Emulator:
                 mask,
                 L,
                 lanes,
+                name,
             )
             return
         if name == "scf.if":
@@ -223,6 +377,9 @@ class Emulator:
             self._for(op, env, mask, L)
             return
         if name == "gpu.barrier":
+            if L.races is not None:
+                _check_convergent(L, mask)
+                L.races.barrier(mask)
             return
         if name in ("gpu.block_id", "gpu.thread_id", "gpu.block_dim", "gpu.grid_dim"):
             dim = "xyz".index(str(op.attributes["dimension"]).split("<")[-1].rstrip(">")[-1])
@@ -274,25 +431,33 @@ class Emulator:
             return ref, None
         return L.shared[ref], L.block_linear
 
-    def _load(self, mem, idx: np.ndarray, mask: np.ndarray, L: _Launch, lanes: int) -> np.ndarray:
+    def _load(
+        self, mem, idx: np.ndarray, mask: np.ndarray, L: _Launch, lanes: int, op: str
+    ) -> np.ndarray:
         arr, rows = self._mem(mem, L)
         idx = np.broadcast_to(idx, (L.n,))
         safe = np.where(mask, idx, 0)
         if lanes > 1:
             safe = safe[:, None] + np.arange(lanes)
+            bad = mask[:, None] & ((safe >= arr.shape[-1]) | (safe < 0))
+            if bad.any():
+                raise OpfuseError("emulator: vector load out of bounds")
             if rows is None:
-                bad = mask[:, None] & (safe >= arr.shape[-1])
-                if bad.any():
-                    raise OpfuseError("emulator: vector load out of bounds")
                 return arr[np.where(mask[:, None], safe, 0)]
+            self._track(mem, safe, mask, L, op, write=False)
             return arr[rows[:, None], safe]
         if np.any(mask & (idx >= arr.shape[-1])) or np.any(mask & (idx < 0)):
             raise OpfuseError(
                 f"emulator: load out of bounds (index {int(idx[mask].max())}, size {arr.shape[-1]})"
             )
-        return arr[safe] if rows is None else arr[rows, safe]
+        if rows is None:
+            return arr[safe]
+        self._track(mem, safe, mask, L, op, write=False)
+        return arr[rows, safe]
 
-    def _store(self, mem, val, idx: np.ndarray, mask: np.ndarray, L: _Launch, lanes: int) -> None:
+    def _store(
+        self, mem, val, idx: np.ndarray, mask: np.ndarray, L: _Launch, lanes: int, op: str
+    ) -> None:
         arr, rows = self._mem(mem, L)
         idx = np.broadcast_to(idx, (L.n,))
         sel = np.nonzero(mask)[0]
@@ -300,6 +465,8 @@ class Emulator:
             return
         if np.any(idx[sel] < 0) or np.any(idx[sel] + lanes > arr.shape[-1]):
             raise OpfuseError("emulator: store out of bounds")
+        if rows is not None:
+            self._track(mem, idx[:, None] + np.arange(lanes), mask, L, op, write=True)
         val = np.asarray(val)
         if lanes > 1:
             v = np.broadcast_to(val, (L.n, lanes))[sel]
@@ -314,6 +481,13 @@ class Emulator:
                 arr[idx[sel]] = v
             else:
                 arr[rows[sel], idx[sel]] = v
+
+    @staticmethod
+    def _track(mem, addr: np.ndarray, mask: np.ndarray, L: _Launch, op: str, write: bool) -> None:
+        """Record a shared-memory access of the active threads (``addr``: one element per
+        thread, or a row of ``lanes`` elements per thread) with the race check."""
+        if L.races is not None:
+            (L.races.on_write if write else L.races.on_read)(mem[1], addr, mask, op)
 
     def _if(self, op: ir.Operation, env: dict, mask: np.ndarray, L: _Launch) -> None:
         cond = np.broadcast_to(np.asarray(env[op.operands[0]]), (L.n,))
@@ -606,17 +780,17 @@ _PURE = {
 
 
 def run_program(
-    program, inputs: Sequence[np.ndarray], *, outlined: bool = True
+    program, inputs: Sequence[np.ndarray], *, outlined: bool = True, racecheck: bool = True
 ) -> list[np.ndarray]:
     """Run a :class:`~opfuse.codegen.gpu.GpuProgram` on the CPU: its host schedule with
     numpy buffers, each kernel emulated. ``outlined``: launch the outlined ``gpu.func``s
     with the arguments their KernelSpecs bind (exactly the cuda runtime's contract);
-    otherwise run the ``kernels`` stage."""
+    otherwise run the ``kernels`` stage. ``racecheck``: see :class:`Emulator`."""
     from ..ir import make_context, parse_module
     from ..runtime.schedule import bind_params, plan_buffers, run_numpy
 
     module = parse_module(program.outlined_ir if outlined else program.kernels_ir, make_context())
-    emu = Emulator(module)
+    emu = Emulator(module, racecheck=racecheck)
 
     def call(func: str, args: list[np.ndarray], results: list[np.ndarray]) -> None:
         if outlined:

@@ -159,6 +159,44 @@ class Evaluator:
         else:
             self.kb.memo_set(key, val)
 
+    def addresses(self, v: ir.Value, idx: Sequence[ir.AffineExpr], n_dims: int) -> list | None:
+        """The flat element offsets (affine expressions over ``n_dims`` dims) of every
+        parameter read to compute ``v`` at ``idx``, emitting nothing; None when a
+        reduction or an op the evaluator does not know is on the way. The matmul emitter
+        uses it to find the loop along which an operand's bytes are consecutive."""
+        leaf = self.leaf(v)
+        if leaf is not None:
+            return [linearize(idx, leaf.shape)]
+        op = op_of(v)
+        if op is None:
+            return None
+        if op.name == "tensor.expand_shape":
+            return self.addresses(op.operands[0], self._expand_source(op, idx), n_dims)
+        if op.name == "tensor.collapse_shape":
+            return self.addresses(op.operands[0], self._collapse_source(op, idx), n_dims)
+        if op.name == "tensor.extract_slice" and len(op.operands) == 1:
+            return self.addresses(op.operands[0], self._slice_source(op, idx), n_dims)
+        if op.name == "arith.constant":
+            return []
+        if op.name != "linalg.generic" or "reduction" in iterators_of(op):
+            return None
+        maps = maps_of(op)
+        n_in = n_inputs(op)
+        try:
+            point = _invert(maps[n_in + result_number(v)], idx)
+        except Unsupported:
+            return None
+        found: list = []
+        for j in range(n_in):
+            operand = op.operands[j]
+            if not isinstance(operand.type, ir.ShapedType):
+                continue
+            sub = self.addresses(operand, compose(maps[j], point, n_dims, self.ctx), n_dims)
+            if sub is None:
+                return None
+            found.extend(sub)
+        return found
+
     def lanes_of(self, e: ir.AffineExpr):
         return analyze(e, self.vdim, self.lanes)
 
@@ -236,7 +274,7 @@ class Evaluator:
         if not val.uniform or self.lanes == 1:
             return val.ssa
         vt = self._vt(val.ssa.type)
-        key = ("bcast", val.ssa)
+        key = ("bcast", val.ssa, self.lanes)  # evaluators of one kernel may differ in lanes
         hit = self.kb.memo_get(key)
         if hit is None:
             with self.kb.emitting():

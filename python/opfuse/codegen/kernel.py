@@ -57,7 +57,10 @@ class Shared:
 
     @property
     def type_text(self) -> str:
-        return f"memref<{self.size}x{self.element_type}, #gpu.address_space<workgroup>>"
+        # NVVM's shared address space by number, not `#gpu.address_space<workgroup>`:
+        # convert-vector-to-llvm runs before convert-gpu-to-nvvm and cannot map the GPU
+        # attribute, so a vector.load from shared memory would not lower.
+        return f"memref<{self.size}x{self.element_type}, 3>"
 
     @property
     def bytes(self) -> int:

@@ -1,31 +1,63 @@
-"""Matmul kernels ("output" groups): a SIMT tiled contraction with the epilogue in registers.
+"""Matmul kernels ("output" groups): a shared-memory tiled SIMT contraction with the
+epilogue in registers.
 
 The group's contraction (``linalg.matmul`` / ``batch_matmul`` generalized, or any generic
 whose payload is ``acc + a * b`` with one M, one N, one K loop and any batch loops) gets a
-``16 x 16`` thread block; each thread accumulates a ``4 x V`` tile of C in registers
-(``V = 4`` columns as one vector when N allows it), so a block covers ``64 x 16V`` of C and
-``grid.z`` runs over the batch. The K loop reads A and B through the evaluator: producers
-fused into the group (transposes, head splits, reshapes, elementwise prologues) become
-address arithmetic or register math on the fly. After the loop the accumulators are the
-contraction's values at the thread's points, and every output of the group (bias, GELU,
-residual: the epilogue) is evaluated from them and stored once.
+``16 x 16`` thread block covering a ``64 x 16·TN`` tile of C; each thread accumulates a
+``4 x TN`` tile in registers (``TN = 4`` columns as one vector when N allows it) and
+``grid.z`` runs over the batch.
 
-Partial tiles clamp the rows and columns a thread reads (all loads stay in bounds) and
-mask its stores. No shared-memory staging yet: operands are re-read through L1/L2.
+The K loop walks slabs of ``BK = 16``: the block stages the A slab (``64 x BK``) and the B
+slab (``BK x 16·TN``) in shared memory, synchronizes, runs ``BK`` rank-1 updates from
+shared memory, and synchronizes again so the next slab's stores wait for this slab's
+reads. Staging reads the operands through the evaluator, so producers fused into the group
+(transposes, head splits, reshapes, elementwise prologues) are computed once per element
+and block, not once per thread that uses it. Staging loads follow the operand's layout:
+the evaluator's address probe tells whether the operand's bytes run along K or along M/N,
+and consecutive threads take consecutive addresses along that loop, as 16-byte vectors
+where the sizes allow (``X @ W`` reads W's rows along N; ``Q @ Kᵀ`` reads K's rows along
+K instead of gathering columns). Slabs are stored K-major (``[BK][64 + PAD]``), so a
+thread reads its 4 rows of A and its TN columns of B as one vector each per step.
+
+After the loop the accumulators are the contraction's values at the thread's points, and
+every output of the group (bias, GELU, residual: the epilogue) is evaluated from them and
+stored once. Tails: partial tiles clamp the rows and columns a thread reads (all loads
+stay in bounds) and mask its stores; a partial K slab stages zeros past K.
 """
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
+
 from mlir import ir
+from mlir.dialects import arith, gpu, memref, vector
 
 from .evaluate import Evaluator, Val, generic_domain, iterators_of, maps_of, n_inputs
 from .group import Group, require
-from .kernel import KernelBuilder, delinearize, numel, shape_of
+from .kernel import KernelBuilder, Shared, delinearize, element_bytes, numel, shape_of
+from .lanes import Kind, analyze
 
 THREADS = (16, 16)
 TILE_M = 4
 TILE_N = 4
-K_UNROLL = 4
+SLAB_K = 16
+#: Elements added to each shared-memory row: staging stores along K hit two banks per
+#: address instead of four, and rows stay 16-byte aligned for the vector reads.
+PAD = 4
+#: Elements per staging vector (16 bytes of f32); fewer when sizes or layout forbid.
+STAGE_LANES = 4
+
+
+@dataclass(frozen=True)
+class _Loops:
+    """The contraction's loops by role (positions in its iteration domain)."""
+
+    batch: list[int]
+    m: int
+    n: int
+    k: int
+    dom: list[int]
 
 
 def _contraction(group: Group) -> ir.Operation:
@@ -46,15 +78,17 @@ def _contraction(group: Group) -> ir.Operation:
         and out_arg in list(add.operands),
         "a contraction payload that is not acc + a*b",
     )
+    require(
+        not any(o.operation.name == "linalg.index" for o in block.operations),
+        "a contraction payload that reads its loop indices",
+    )
     return op
 
 
-def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
-    op = _contraction(group)
+def _loops(op: ir.Operation) -> _Loops:
     its = iterators_of(op)
-    maps = maps_of(op)
     uses = []
-    for m in maps:
+    for m in maps_of(op):
         dims = [r.maybe_downcast() for r in m.results]
         require(all(isinstance(d, ir.AffineDimExpr) for d in dims), "non-projected indexing")
         uses.append({d.position for d in dims})
@@ -76,19 +110,31 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         len(m_dims) == 1 and len(n_dims) == 1 and len(k_dims) == 1,
         "a contraction without exactly one M, N and K loop",
     )
-    dom = generic_domain(op)
-    M, N, K = dom[m_dims[0]], dom[n_dims[0]], dom[k_dims[0]]
+    return _Loops(batch, m_dims[0], n_dims[0], k_dims[0], generic_domain(op))
+
+
+def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
+    op = _contraction(group)
+    loops = _loops(op)
+    dom = loops.dom
+    M, N, K = dom[loops.m], dom[loops.n], dom[loops.k]
     c_shape = shape_of(op.results[0].type)
     for o in group.outputs:
         require(o.shape == c_shape, f"an output of shape {o.shape}, the contraction is {c_shape}")
+    a_type = ir.ShapedType(op.operands[0].type).element_type
+    b_type = ir.ShapedType(op.operands[1].type).element_type
     lanes = TILE_N if N % TILE_N == 0 else 1
     tn = lanes
-    bm, bn = THREADS[1] * TILE_M, THREADS[0] * tn
-    n_batch = numel([dom[b] for b in batch])
+    bm, bn, bk = THREADS[1] * TILE_M, THREADS[0] * tn, min(SLAB_K, K)
+    lda, ldb = bm + PAD, bn + PAD
+    n_batch = numel([dom[b] for b in loops.batch])
     grid = (-(-N // bn), -(-M // bm), n_batch)
     require(grid[2] <= 65535 and grid[1] <= 65535, "too many tiles")
-    kb = KernelBuilder(module, name, group.params, grid, (THREADS[0], THREADS[1], 1))
-    ev = Evaluator(kb, group.func, group.leaves(kb.params), lanes=lanes)
+    shared = [Shared(bk * lda, str(a_type)), Shared(bk * ldb, str(b_type))]
+    kb = KernelBuilder(module, name, group.params, grid, (THREADS[0], THREADS[1], 1), shared)
+    a_smem, b_smem = kb.shared
+    leaves = group.leaves(kb.params)
+    ev = Evaluator(kb, group.func, leaves, lanes=lanes)
 
     bx, by, bz = (kb.add_dim(v) for v in kb.block_id)
     tx, ty = kb.add_dim(kb.thread_id[0]), kb.add_dim(kb.thread_id[1])
@@ -110,39 +156,66 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
             r = kb.min_index(r, kb.index(M - 1))
         rows.append(kb.add_dim(r))
         row_ok.append(ok)
-    batch_exprs = delinearize(bz, [dom[b] for b in batch]) if batch else []
+    batch_exprs = delinearize(bz, [dom[b] for b in loops.batch]) if loops.batch else []
+    zero = ir.AffineConstantExpr.get(0, kb.ctx)
 
-    def point(i: int, k_expr) -> list:
-        p: list = [None] * len(its)
-        for b, e in zip(batch, batch_exprs):
+    def point(m_expr, n_e, k_expr) -> list:
+        p: list = [zero] * len(dom)
+        for b, e in zip(loops.batch, batch_exprs):
             p[b] = e
-        p[m_dims[0]] = rows[i]
-        p[n_dims[0]] = n_expr
-        p[k_dims[0]] = k_expr
+        p[loops.m], p[loops.n], p[loops.k] = m_expr, n_e, k_expr
         return p
 
-    c_map = maps[2]
-    zero = ir.AffineConstantExpr.get(0, kb.ctx)
-    c_points = []
-    for i in range(TILE_M):
-        p = point(i, zero)
-        c_points.append(tuple(p[r.maybe_downcast().position] for r in c_map.results))
+    def operand_index(j: int, p: list) -> tuple:
+        return _index(op, j, p, kb)
+
+    c_points = [operand_index(2, point(rows[i], n_expr, zero)) for i in range(TILE_M)]
     inits = [ev.value(op.operands[2], c_points[i]) for i in range(TILE_M)]
     init_ssa = [ev.as_vector(v) for v in inits]
-    unroll = K_UNROLL if K % K_UNROLL == 0 else 1
+    tid = tx + ty * THREADS[0]
+    slabs = [
+        _Slab(0, a_smem, lda, bm, M, by * bm, lambda g, k: point(g, zero, k)),
+        _Slab(1, b_smem, ldb, bn, N, bx * bn, lambda g, k: point(zero, g, k)),
+    ]
 
     def body(iv, accs):
-        k = kb.add_dim(iv)
+        k0 = kb.add_dim(iv)
+        for slab in slabs:
+            _stage(kb, group, leaves, op, slab, tid, k0, bk, K)
+        with kb.emitting():
+            gpu.barrier()
         accs = [Val(a, lanes == 1) for a in accs]
+        a_vt = ir.VectorType.get([TILE_M], a_type)
         ev.contract = True
-        for kk in range(unroll):
+        for kk in range(bk):
+            k_expr = k0 + kk if kk else k0
+            a_addr = kb.apply(ty * TILE_M + kk * lda)
+            b_addr = kb.apply(tx * tn + kk * ldb)
+            with kb.emitting():
+                a_vec = vector.load(
+                    a_vt, a_smem, [a_addr], alignment=element_bytes(a_type) * TILE_M
+                )
+                a_vals = [vector.extract(a_vec, [], [i]) for i in range(TILE_M)]
+                if tn > 1:
+                    b_vt = ir.VectorType.get([tn], b_type)
+                    b_val = Val(
+                        vector.load(b_vt, b_smem, [b_addr], alignment=element_bytes(b_type) * tn),
+                        False,
+                    )
+                else:
+                    b_val = Val(memref.load(b_smem, [b_addr]), True)
             for i in range(TILE_M):
-                res = ev.payload(op, point(i, k + kk if kk else k), [accs[i]])[0]
+                p = point(rows[i], n_expr, k_expr)
+                ev.preset(op.operands[0], operand_index(0, p), Val(a_vals[i], True))
+                ev.preset(op.operands[1], operand_index(1, p), b_val)
+                res = ev.payload(op, p, [accs[i]])[0]
                 accs[i] = Val(ev.as_vector(res), lanes == 1)
         ev.contract = False
+        with kb.emitting():
+            gpu.barrier()
         return [a.ssa for a in accs]
 
-    finals = kb.for_(kb.index(0), kb.index(K), kb.index(unroll), init_ssa, body)
+    finals = kb.for_(kb.index(0), kb.index(K), kb.index(bk), init_ssa, body)
     for i in range(TILE_M):
         ev.preset(op.results[0], c_points[i], Val(finals[i], lanes == 1))
     for o in group.outputs:
@@ -157,6 +230,107 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
                     ev.store(leaf, c_points[i], val)
     kb.vector_lanes = lanes
     return kb
+
+
+@dataclass(frozen=True)
+class _Slab:
+    """One operand's slab in shared memory: ``[BK][ld]``, K-major.
+
+    Attributes:
+        operand: 0 (A) or 1 (B).
+        smem: the workgroup buffer.
+        ld: elements per shared row (the tile extent plus PAD).
+        extent: tile extent along the operand's other loop (M for A, N for B).
+        size: the other loop's full size.
+        base: the tile's first index along the other loop (an affine expression).
+        point: (other index, k index) -> contraction loop point.
+    """
+
+    operand: int
+    smem: ir.Value
+    ld: int
+    extent: int
+    size: int
+    base: ir.AffineExpr
+    point: object
+
+
+def _stage(kb, group, leaves, op, slab: _Slab, tid, k0, bk: int, K: int) -> None:
+    """Every thread copies its share of the slab from the operand (through the evaluator)
+    into shared memory, consecutive threads along the operand's consecutive addresses."""
+    along_k, lanes = _staging_layout(kb, group, leaves, op, slab, bk, K)
+    value = op.operands[slab.operand]
+    elem = ir.ShapedType(value.type).element_type
+    n_threads = THREADS[0] * THREADS[1]
+    slots = slab.extent * bk // lanes
+    per_row = (bk if along_k else slab.extent) // lanes
+    k_tail = K % bk != 0
+    for first in range(0, slots, n_threads):
+        s = tid + first if first else tid
+        with kb.at(kb.ip):  # a scope per pass: its index variables and values stay in it
+            guard = None
+            if first + n_threads > slots:
+                guard = kb.cmp_lt(kb.apply(s), kb.index(slots))
+            with kb.if_(guard) if guard is not None else contextlib.nullcontext():
+                row = ir.AffineExpr.get_floor_div(s, per_row)
+                lane0 = ir.AffineExpr.get_mod(s, per_row) * lanes
+                other, kofs = (row, lane0) if along_k else (lane0, row)
+                g_other = kb.apply(slab.base + other)
+                if slab.size % slab.extent:
+                    g_other = kb.min_index(g_other, kb.index(slab.size - (1 if along_k else lanes)))
+                g_k = kb.apply(k0 + kofs)
+                k_ok = kb.cmp_lt(g_k, kb.index(K)) if k_tail else None
+                if k_tail:
+                    g_k = kb.min_index(g_k, kb.index(K - (lanes if along_k else 1)))
+                o_dim, k_dim = kb.add_dim(g_other), kb.add_dim(g_k)
+                vdim = k_dim if along_k else o_dim
+                ev = Evaluator(kb, group.func, leaves, lanes=lanes, vdim=vdim.position)
+                idx = _index(op, slab.operand, slab.point(o_dim, k_dim), kb)
+                val = ev.value(value, idx)
+                x = ev.as_vector(val)
+                if k_ok is not None:
+                    zero = kb.const(x.type, 0)
+                    with kb.emitting():
+                        x = arith.select(k_ok, x, zero)
+                base = kb.apply(kofs * slab.ld + other)
+                with kb.emitting():
+                    if lanes == 1:
+                        memref.store(x, slab.smem, [base])
+                    elif not along_k:
+                        vector.store(x, slab.smem, [base], alignment=element_bytes(elem) * lanes)
+                    else:
+                        for j in range(lanes):
+                            addr = kb.apply((kofs + j) * slab.ld + other)
+                            memref.store(vector.extract(x, [], [j]), slab.smem, [addr])
+
+
+def _staging_layout(kb, group, leaves, op, slab: _Slab, bk: int, K: int) -> tuple[bool, int]:
+    """(along K?, lanes): the loop whose consecutive indices are consecutive addresses in
+    the operand's buffers (from the evaluator's address probe), and the vector width
+    the sizes allow along it (no vector may straddle the end of its loop)."""
+    n = len(kb.dims)
+    o_probe = ir.AffineDimExpr.get(n, kb.ctx)
+    k_probe = ir.AffineDimExpr.get(n + 1, kb.ctx)
+    probe = Evaluator(kb, group.func, leaves)
+    idx = _index(op, slab.operand, slab.point(o_probe, k_probe), kb, n + 2)
+    addrs = probe.addresses(op.operands[slab.operand], idx, n + 2) or []
+
+    def contiguous(d: int) -> int:
+        return sum(analyze(a, frozenset([d]), STAGE_LANES).kind == Kind.CONTIG for a in addrs)
+
+    along_k = contiguous(n + 1) > contiguous(n)
+    elem = ir.ShapedType(op.operands[slab.operand].type).element_type
+    lanes = min(STAGE_LANES, max(1, 16 // element_bytes(elem)))
+    inner, whole = (bk, K) if along_k else (slab.extent, slab.size)
+    while lanes > 1 and (inner % lanes or whole % lanes):
+        lanes //= 2
+    return along_k, lanes
+
+
+def _index(op, j: int, p: list, kb: KernelBuilder, n_dims: int | None = None) -> tuple:
+    n = len(kb.dims) if n_dims is None else n_dims
+    pmap = ir.AffineMap.get(n, 0, list(p), kb.ctx)
+    return tuple(r.compose(pmap).maybe_downcast() for r in maps_of(op)[j].results)
 
 
 def _and(kb: KernelBuilder, a, b):

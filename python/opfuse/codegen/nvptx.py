@@ -47,6 +47,8 @@ _LOWERING = [
     "canonicalize, cse, reconcile-unrealized-casts)",
 ]
 _TO_BINARY = "gpu-module-to-binary{format=isa}"
+#: Bytes of alignment of every shared-memory buffer (one 16-byte vector).
+SHARED_ALIGN = 16
 
 
 def lowering_pipeline(chip: str) -> str:
@@ -180,6 +182,22 @@ def _mark_noalias(module: ir.Module) -> None:
             with ctx:
                 noalias = ir.DictAttr.get({"llvm.noalias": ir.UnitAttr.get()})
                 fn.attributes["arg_attrs"] = ir.ArrayAttr.get([noalias] * n_args)
+                _align_shared(fn)
+
+
+def _align_shared(fn: ir.Operation) -> None:
+    """16-byte alignment for every shared-memory buffer of a kernel: the emitters read and
+    write shared memory with 16-byte vectors (``ld.shared.v4``), which fault on a
+    misaligned address; without the attribute the buffer is only element-aligned."""
+    n = (
+        ir.IntegerAttr(fn.attributes["workgroup_attributions"]).value
+        if "workgroup_attributions" in fn.attributes
+        else 0
+    )
+    if n:
+        i64 = ir.IntegerType.get_signless(64)
+        align = ir.DictAttr.get({"llvm.align": ir.IntegerAttr.get(i64, SHARED_ALIGN)})
+        fn.attributes["workgroup_attrib_attrs"] = ir.ArrayAttr.get([align] * n)
 
 
 def gpu_modules(module: ir.Module) -> dict[str, str]:
