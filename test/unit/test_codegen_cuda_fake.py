@@ -197,3 +197,27 @@ def test_code_choice_prefers_matching_cubins():
     assert cuda.choose_code(spec, "sm_86") == ("cubin", b"c80")  # sm_80 cubins run on sm_86
     with pytest.raises(OpfuseError, match="no PTX or cubin for sm_75"):
         cuda.choose_code(spec, "sm_75")
+
+
+def test_kernel_times_and_freed_allocations(fake_cuda):
+    """Per-kernel times (what gpu-check reports per kernel) come one per kernel call, in
+    program order; a bound run's device memory is freed once nothing refers to it (the
+    cuda-python binding hands out plain addresses, so opfuse frees them itself)."""
+    import gc
+
+    graph = graphs(small=True)["g1_mlp"]
+    args = inputs_of(graph)
+    program = compile_module(compile_cpu(graph)._source, targets=("sm_90",), ptxas=False)
+    state = fake_cuda(program)
+    prog = cuda.CudaProgram(program.schedule, program.kernels)
+    before = len(state["mem"])  # the program's constants, if any
+    times = prog.kernel_times(*args, repeat=2)
+    assert times == [(c.func, 0.25e-3) for c in program.schedule.calls()]
+    gc.collect()
+    assert len(state["mem"]) == before
+    run = prog.bind(*args)
+    assert len(state["mem"]) > before
+    assert_close(run(), graph.reference(*args))
+    del run
+    gc.collect()
+    assert len(state["mem"]) == before

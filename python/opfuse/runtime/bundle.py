@@ -130,12 +130,21 @@ class BundleProgram:
         run = self.bind(*inputs)
         for _ in range(warmup):
             run()
-        out = []
+        out: list[float] = []
         for _ in range(repeat):
             t0 = _time.perf_counter()
             run()
             out.append(_time.perf_counter() - t0)
         return out
+
+    def kernel_times(self, *inputs: np.ndarray, repeat: int = 10) -> list[tuple[str, float]]:
+        """(kernel, seconds) per kernel call, each launched alone (the cuda backend only:
+        CUDA events time one launch; host timers cannot)."""
+        if not hasattr(self._impl, "kernel_times"):
+            raise OpfuseError(f"per-kernel times need the cuda backend, not {self.backend}")
+        from .native import check_inputs
+
+        return self._impl.kernel_times(*check_inputs(self.schedule, inputs), repeat=repeat)
 
 
 def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, bytes]) -> None:

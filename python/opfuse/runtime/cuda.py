@@ -105,14 +105,16 @@ class CudaProgram:
             self._consts[b] = ptr
 
     def _launch_all(self, ptr: dict[int, int]) -> None:
-        info = {b.id: b for b in self.schedule.buffers}
         for s in self.schedule.steps:
-            if isinstance(s, Call):
-                spec = self.kernels[s.func]
-                args = bind_params(spec, [ptr[a] for a in s.args], [ptr[r] for r in s.results])
-                self.drv.launch(self._functions[s.func], spec.grid, spec.block, spec.smem, args)
-            elif isinstance(s, Copy):
-                self.drv.dtod(ptr[s.dst], ptr[s.src], info[s.dst].nbytes)
+            self._launch_step(s, ptr)
+
+    def _launch_step(self, s, ptr: dict[int, int]) -> None:
+        if isinstance(s, Call):
+            spec = self.kernels[s.func]
+            args = bind_params(spec, [ptr[a] for a in s.args], [ptr[r] for r in s.results])
+            self.drv.launch(self._functions[s.func], spec.grid, spec.block, spec.smem, args)
+        elif isinstance(s, Copy):
+            self.drv.dtod(ptr[s.dst], ptr[s.src], self.schedule.buffers[s.dst].nbytes)
 
     def bind(self, *arrays: np.ndarray) -> Callable[[], list[np.ndarray]]:
         """Upload ``arrays`` once; the returned function launches everything, synchronizes
@@ -150,7 +152,19 @@ class CudaProgram:
         def launch_only() -> None:
             self._launch_all(ptr)
 
+        def step_times(repeat: int) -> list[tuple[str, float]]:
+            """(kernel, fastest of ``repeat`` solo launches) per kernel call, in order."""
+            out = []
+            for s in sched.steps:
+                if isinstance(s, Call):
+                    best = min(
+                        drv.elapsed(lambda s=s: self._launch_step(s, ptr)) for _ in range(repeat)
+                    )
+                    out.append((s.func, best))
+            return out
+
         run.launch_only = launch_only  # type: ignore[attr-defined]
+        run.step_times = step_times  # type: ignore[attr-defined]
         # seconds of device time of one run (CUDA events; no transfers): for timers
         run.device_time = lambda: drv.elapsed(launch_only)  # type: ignore[attr-defined]
         run.owned = owned  # type: ignore[attr-defined]
@@ -167,6 +181,16 @@ class CudaProgram:
             run.launch_only()
         self.drv.synchronize()
         return [self.drv.elapsed(run.launch_only) for _ in range(repeat)]
+
+
+    def kernel_times(self, *arrays: np.ndarray, repeat: int = 10) -> list[tuple[str, float]]:
+        """Seconds of each kernel call alone (CUDA events around one launch, fastest of
+        ``repeat``), in program order, after one full run so every input of every kernel
+        holds the values it has in a real run."""
+        run = self.bind(*arrays)
+        run.launch_only()
+        self.drv.synchronize()
+        return run.step_times(repeat)
 
 
 def load(executable: Any) -> CudaProgram:

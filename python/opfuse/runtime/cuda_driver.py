@@ -163,10 +163,13 @@ class CudaPythonDriver(Driver):
 
     def alloc(self, nbytes):
         (ptr,) = self._call(f"cuMemAlloc({nbytes})", self.cu.cuMemAlloc, max(1, nbytes))
-        return int(ptr)
+        return _DeviceBuffer(int(ptr), self)
 
     def free(self, ptr):
-        self._call("cuMemFree", self.cu.cuMemFree, self.cu.CUdeviceptr(int(ptr)))
+        if isinstance(ptr, _DeviceBuffer):
+            ptr.release()
+        else:
+            self._call("cuMemFree", self.cu.cuMemFree, self.cu.CUdeviceptr(int(ptr)))
 
     def htod(self, ptr, array):
         a = np.ascontiguousarray(array)
@@ -242,6 +245,29 @@ class CudaPythonDriver(Driver):
         self._call("cuEventDestroy", self.cu.cuEventDestroy, start)
         self._call("cuEventDestroy", self.cu.cuEventDestroy, end)
         return float(ms) / 1e3
+
+
+class _DeviceBuffer:
+    """A cuda-python allocation: converts to its device address and is freed when the
+    last reference goes (as PyCUDA's allocations are), so bound programs do not leak."""
+
+    def __init__(self, ptr: int, drv: "CudaPythonDriver"):
+        self.ptr = ptr
+        self.drv = drv
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    def release(self) -> None:
+        if self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            self.drv._call("cuMemFree", self.drv.cu.cuMemFree, self.drv.cu.CUdeviceptr(ptr))
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001  (interpreter shutdown: the context may be gone)
+            pass
 
 
 class _Allocation:
