@@ -68,3 +68,8 @@ DEBUG = env(
     "OPFUSE_DEBUG",
     "print Python tracebacks for internal errors (tools print one line otherwise)",
 )
+CUDA_BINDING = env(
+    "OPFUSE_CUDA_BINDING",
+    "CUDA driver binding of the cuda backend: pycuda or cuda-python (default: PyCUDA when "
+    "it imports, else cuda-python)",
+)

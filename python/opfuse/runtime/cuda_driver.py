@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import config
 from ..errors import OpfuseError
 
 _DRIVER: dict[str, "Driver"] = {}
@@ -284,12 +285,13 @@ IMPLEMENTATIONS = {"pycuda": PyCudaDriver, "cuda-python": CudaPythonDriver}
 
 
 def get(preferred: str | None = None) -> Driver:
-    """The driver (created once): ``preferred`` (``pycuda`` or ``cuda-python``), else the
-    first that works, PyCUDA first.
+    """The driver (created once): ``preferred`` (``pycuda`` or ``cuda-python``), else
+    ``$OPFUSE_CUDA_BINDING``, else the first that works, PyCUDA first.
 
     Raises:
         OpfuseError: none works (each one's reason is listed).
     """
+    preferred = preferred or config.CUDA_BINDING.get()
     key = preferred or "auto"
     if key in _DRIVER:
         return _DRIVER[key]
