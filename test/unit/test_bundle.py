@@ -46,14 +46,6 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _private_cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("OPFUSE_CACHE_DIR", str(tmp_path_factory.mktemp("kernel-cache")))
-    yield
-    mp.undo()
-
-
 @pytest.mark.parametrize("name", G_NAMES)
 def test_bundle_runs_on_cpu_without_mlir_and_matches_direct_run(name, tmp_path):
     graph = graphs(small=True)[name]

@@ -37,14 +37,6 @@ EXPECTED_EMITTERS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _private_cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("OPFUSE_CACHE_DIR", str(tmp_path_factory.mktemp("kernel-cache")))
-    yield
-    mp.undo()
-
-
 @pytest.fixture(scope="module")
 def full_size_programs():
     cache: dict = {}

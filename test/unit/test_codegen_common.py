@@ -1,8 +1,8 @@
 """Helpers shared by the GPU codegen and bundle tests (no tests here).
 
-The kernel cache of these tests lives in a temporary folder per session (set through
-``OPFUSE_CACHE_DIR`` by the ``_private_cache`` fixture in each module), so the results do
-not depend on what an earlier run left in ``~/.cache/opfuse``.
+The kernel cache of these tests lives in a temporary folder per session (conftest.py sets
+``OPFUSE_CACHE_DIR``), so the results do not depend on what an earlier run left in
+``~/.cache/opfuse``.
 """
 
 from __future__ import annotations

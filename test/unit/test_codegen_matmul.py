@@ -22,11 +22,6 @@ from opfuse.codegen.gpu import compile_module
 from test_codegen_common import assert_close, compile_cpu
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPFUSE_CACHE_DIR", str(tmp_path / "cache"))
-
-
 def linear_vector_k_tail(g):  # K = 36: two full slabs and a partial one of 4
     x, w, b = g.input("x", (70, 36)), g.input("w", (36, 132)), g.input("b", (132,))
     g.output(g.relu(g.matmul(x, w) + b))

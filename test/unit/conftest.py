@@ -1,0 +1,17 @@
+"""Shared pytest setup for test/unit.
+
+Every test session gets a private kernel cache (``OPFUSE_CACHE_DIR`` in a temporary
+folder): results never depend on what an earlier run left in ``~/.cache/opfuse``, and the
+tests never write there. A test that checks the cache itself sets its own folder.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_kernel_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPFUSE_CACHE_DIR", str(tmp_path_factory.mktemp("kernel-cache")))
+        yield
