@@ -73,3 +73,7 @@ CUDA_BINDING = env(
     "CUDA driver binding of the cuda backend: pycuda or cuda-python (default: PyCUDA when "
     "it imports, else cuda-python)",
 )
+MATMUL_ROWS = env(
+    "OPFUSE_MATMUL_ROWS",
+    "rows of C per thread in GPU matmul kernels: 4 (default) or 8 (a tuning knob)",
+)

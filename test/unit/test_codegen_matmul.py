@@ -18,6 +18,7 @@ import pytest
 from opfuse.builder import Graph
 from opfuse.codegen import emulate
 from opfuse.codegen.gpu import compile_module
+from opfuse.errors import OpfuseError
 
 from test_codegen_common import assert_close, compile_cpu
 
@@ -77,6 +78,26 @@ def test_emulated_matmul_matches_numpy(build, fusion):
     program, got, want = _run(g, fusion)
     assert any(k.emitter == "matmul" for k in program.kernels.values())
     assert_close(got, want)
+
+
+@pytest.mark.parametrize("build", CASES, ids=lambda f: f.__name__)
+def test_eight_rows_per_thread(build, monkeypatch):
+    """OPFUSE_MATMUL_ROWS=8: 128-row tiles (two staging passes for A, 8-wide A reads)."""
+    monkeypatch.setenv("OPFUSE_MATMUL_ROWS", "8")
+    g = Graph(build.__name__)
+    build(g)
+    program, got, want = _run(g, True)
+    assert all(k.block == (16, 16, 1) for k in program.kernels.values() if k.emitter == "matmul")
+    assert "vector<8x" in program.kernels_ir  # the thread's 8 rows of A, read as one vector
+    assert_close(got, want)
+
+
+def test_bad_rows_per_thread_is_a_user_error(monkeypatch):
+    monkeypatch.setenv("OPFUSE_MATMUL_ROWS", "3")
+    g = Graph("short_k")
+    short_k(g)
+    with pytest.raises(OpfuseError, match="OPFUSE_MATMUL_ROWS='3': expected one of 4, 8"):
+        _run(g, True)
 
 
 def test_f16_operands_accumulate_in_f32():

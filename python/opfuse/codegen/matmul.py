@@ -3,21 +3,21 @@ epilogue in registers.
 
 The group's contraction (``linalg.matmul`` / ``batch_matmul`` generalized, or any generic
 whose payload is ``acc + a * b`` with one M, one N, one K loop and any batch loops) gets a
-``16 x 16`` thread block covering a ``64 x 16·TN`` tile of C; each thread accumulates a
-``4 x TN`` tile in registers (``TN = 4`` columns as one vector when N allows it) and
-``grid.z`` runs over the batch.
+``16 x 16`` thread block covering a ``16·TM x 16·TN`` tile of C; each thread accumulates a
+``TM x TN`` tile in registers (``TM = 4`` rows, or 8: see ``TILE_M_CHOICES``; ``TN = 4``
+columns as one vector when N allows it) and ``grid.z`` runs over the batch.
 
-The K loop walks slabs of ``BK = 16``: the block stages the A slab (``64 x BK``) and the B
-slab (``BK x 16·TN``) in shared memory, synchronizes, runs ``BK`` rank-1 updates from
-shared memory, and synchronizes again so the next slab's stores wait for this slab's
+The K loop walks slabs of ``BK = 16``: the block stages the A slab (``16·TM x BK``) and
+the B slab (``BK x 16·TN``) in shared memory, synchronizes, runs ``BK`` rank-1 updates
+from shared memory, and synchronizes again so the next slab's stores wait for this slab's
 reads. Staging reads the operands through the evaluator, so producers fused into the group
 (transposes, head splits, reshapes, elementwise prologues) are computed once per element
 and block, not once per thread that uses it. Staging loads follow the operand's layout:
 the evaluator's address probe tells whether the operand's bytes run along K or along M/N,
 and consecutive threads take consecutive addresses along that loop, as 16-byte vectors
 where the sizes allow (``X @ W`` reads W's rows along N; ``Q @ Kᵀ`` reads K's rows along
-K instead of gathering columns). Slabs are stored K-major (``[BK][64 + PAD]``), so a
-thread reads its 4 rows of A and its TN columns of B as one vector each per step.
+K instead of gathering columns). Slabs are stored K-major (``[BK][tile + PAD]``), so a
+thread reads its TM rows of A and its TN columns of B as vectors at each step.
 
 After the loop the accumulators are the contraction's values at the thread's points, and
 every output of the group (bias, GELU, residual: the epilogue) is evaluated from them and
@@ -33,13 +33,18 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, gpu, memref, vector
 
+from .. import config
+from ..errors import OpfuseError
 from .evaluate import Evaluator, Val, generic_domain, iterators_of, maps_of, n_inputs
 from .group import Group, require
 from .kernel import KernelBuilder, Shared, delinearize, element_bytes, numel, shape_of
 from .lanes import Kind, analyze
 
 THREADS = (16, 16)
-TILE_M = 4
+#: Rows of C per thread (the block tile is 16x that): 4, or 8 through
+#: ``$OPFUSE_MATMUL_ROWS`` (a 128-row tile: twice the reuse of every staged B element, more
+#: registers). A tuning knob until a GPU measures which wins (tools/gpu-check runs both).
+TILE_M_CHOICES = (4, 8)
 TILE_N = 4
 SLAB_K = 16
 #: Elements added to each shared-memory row: staging stores along K hit two banks per
@@ -58,6 +63,18 @@ class _Loops:
     n: int
     k: int
     dom: list[int]
+
+
+def rows_per_thread() -> int:
+    """TILE_M: ``$OPFUSE_MATMUL_ROWS`` if set, else 4."""
+    value = config.MATMUL_ROWS.get()
+    if value is None:
+        return TILE_M_CHOICES[0]
+    if not value.strip().isdigit() or int(value) not in TILE_M_CHOICES:
+        raise OpfuseError(
+            f"OPFUSE_MATMUL_ROWS={value!r}: expected one of {', '.join(map(str, TILE_M_CHOICES))}"
+        )
+    return int(value)
 
 
 def _contraction(group: Group) -> ir.Operation:
@@ -125,7 +142,8 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     b_type = ir.ShapedType(op.operands[1].type).element_type
     lanes = TILE_N if N % TILE_N == 0 else 1
     tn = lanes
-    bm, bn, bk = THREADS[1] * TILE_M, THREADS[0] * tn, min(SLAB_K, K)
+    tm = rows_per_thread()
+    bm, bn, bk = THREADS[1] * tm, THREADS[0] * tn, min(SLAB_K, K)
     lda, ldb = bm + PAD, bn + PAD
     n_batch = numel([dom[b] for b in loops.batch])
     grid = (-(-N // bn), -(-M // bm), n_batch)
@@ -148,8 +166,8 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     if lanes > 1:
         ev.vdim = frozenset([n_expr.position])
     rows, row_ok = [], []
-    for i in range(TILE_M):
-        r = kb.apply(by * bm + ty * TILE_M + i)
+    for i in range(tm):
+        r = kb.apply(by * bm + ty * tm + i)
         ok = None
         if M % bm:
             ok = kb.cmp_lt(r, kb.index(M))
@@ -169,8 +187,8 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     def operand_index(j: int, p: list) -> tuple:
         return _index(op, j, p, kb)
 
-    c_points = [operand_index(2, point(rows[i], n_expr, zero)) for i in range(TILE_M)]
-    inits = [ev.value(op.operands[2], c_points[i]) for i in range(TILE_M)]
+    c_points = [operand_index(2, point(rows[i], n_expr, zero)) for i in range(tm)]
+    inits = [ev.value(op.operands[2], c_points[i]) for i in range(tm)]
     init_ssa = [ev.as_vector(v) for v in inits]
     tid = tx + ty * THREADS[0]
     slabs = [
@@ -185,17 +203,17 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         with kb.emitting():
             gpu.barrier()
         accs = [Val(a, lanes == 1) for a in accs]
-        a_vt = ir.VectorType.get([TILE_M], a_type)
+        a_vt = ir.VectorType.get([tm], a_type)
         ev.contract = True
         for kk in range(bk):
             k_expr = k0 + kk if kk else k0
-            a_addr = kb.apply(ty * TILE_M + kk * lda)
+            a_addr = kb.apply(ty * tm + kk * lda)
             b_addr = kb.apply(tx * tn + kk * ldb)
             with kb.emitting():
                 a_vec = vector.load(
-                    a_vt, a_smem, [a_addr], alignment=element_bytes(a_type) * TILE_M
+                    a_vt, a_smem, [a_addr], alignment=min(16, element_bytes(a_type) * tm)
                 )
-                a_vals = [vector.extract(a_vec, [], [i]) for i in range(TILE_M)]
+                a_vals = [vector.extract(a_vec, [], [i]) for i in range(tm)]
                 if tn > 1:
                     b_vt = ir.VectorType.get([tn], b_type)
                     b_val = Val(
@@ -204,7 +222,7 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
                     )
                 else:
                     b_val = Val(memref.load(b_smem, [b_addr]), True)
-            for i in range(TILE_M):
+            for i in range(tm):
                 p = point(rows[i], n_expr, k_expr)
                 ev.preset(op.operands[0], operand_index(0, p), Val(a_vals[i], True))
                 ev.preset(op.operands[1], operand_index(1, p), b_val)
@@ -216,11 +234,11 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         return [a.ssa for a in accs]
 
     finals = kb.for_(kb.index(0), kb.index(K), kb.index(bk), init_ssa, body)
-    for i in range(TILE_M):
+    for i in range(tm):
         ev.preset(op.results[0], c_points[i], Val(finals[i], lanes == 1))
     for o in group.outputs:
         leaf = group.output_leaf(o, group.result_param(kb.params, o.index))
-        for i in range(TILE_M):
+        for i in range(tm):
             val = ev.value(o.value, c_points[i])
             pred = _and(kb, row_ok[i], col_ok)
             if pred is None:
