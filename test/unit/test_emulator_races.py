@@ -309,3 +309,17 @@ def test_barrier_reached_by_part_of_a_block_is_an_internal_error():
         in str(info.value)
     )
     assert info.value.exit_code == 2
+
+
+def test_misaligned_vector_access_is_an_internal_error():
+    """A vector load claiming 16-byte alignment at element 1 faults on a GPU."""
+    body = """
+    %v4 = vector.load %x[%one] {alignment = 16 : i64} : memref<16xf32>, vector<4xf32>
+    memref.store %v, %y[%g] : memref<16xf32>
+"""
+    with pytest.raises(OpfuseError) as info:
+        _run(body)
+    assert "misaligned vector.load in kernel @k: it claims 16-byte alignment, element 1" in str(
+        info.value
+    )
+    assert info.value.exit_code == 2

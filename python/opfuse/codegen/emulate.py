@@ -17,7 +17,9 @@ no emitter relies on that) raises :class:`~opfuse.errors.OpfuseError` naming the
 buffer, element and the two threads. Threads masked off by control flow do not access.
 
 With the race check on, a ``gpu.barrier`` that only part of a block reaches (under
-thread-dependent control flow: a hang or undefined behaviour on a GPU) is an error too.
+thread-dependent control flow: a hang or undefined behaviour on a GPU) is an error too,
+and so is, always, a vector load or store at an address without the alignment it claims
+(a misaligned-address fault on a GPU).
 
 What it does not check: the NVVM/PTX lowering (LLVM's job), races through global memory
 (the emitters give every output element one writer), and warp-synchronous assumptions (a
@@ -93,6 +95,25 @@ class _Launch:
         """Block and thread coordinates of thread ``g``."""
         c = tuple(int(i[g]) for i in self.ids)
         return c[:3], c[3:]
+
+
+def _check_alignment(op: ir.Operation, mem: ir.Value, idx, mask, L: _Launch) -> None:
+    """A vector access's address must have the alignment the op claims: PTX's
+    ``ld.global.v4`` / ``ld.shared.v4`` fault on a misaligned address. Buffers start
+    256-byte (device allocations) or 16-byte (shared memory) aligned, so the element index
+    decides."""
+    if "alignment" not in op.attributes:
+        return
+    align = ir.IntegerAttr(op.attributes["alignment"]).value
+    size = _np_type(ir.MemRefType(mem.type).element_type)().itemsize
+    active = np.broadcast_to(np.asarray(idx), (L.n,))[np.broadcast_to(mask, (L.n,))]
+    bad = active[(active * size) % align != 0]
+    if bad.size:
+        raise OpfuseError(
+            f"emulator: misaligned {op.name} in kernel {L.kernel}: it claims {align}-byte "
+            f"alignment, element {int(bad[0])} of {ir.MemRefType(mem.type)} is not",
+            exit_code=EXIT_INTERNAL_ERROR,
+        )
 
 
 def _check_convergent(L: _Launch, mask) -> None:
@@ -345,6 +366,7 @@ class Emulator:
         if name == "vector.load":
             lanes = ir.VectorType(op.results[0].type).shape[0]
             mem, idx = get(op.operands[0]), get(op.operands[1])
+            _check_alignment(op, op.operands[0], idx, mask, L)
             env[op.results[0]] = self._load(mem, np.asarray(idx), mask, L, lanes, name)
             return
         if name == "memref.store":
@@ -360,6 +382,7 @@ class Emulator:
             return
         if name == "vector.store":
             lanes = ir.VectorType(op.operands[0].type).shape[0]
+            _check_alignment(op, op.operands[1], get(op.operands[2]), mask, L)
             self._store(
                 get(op.operands[1]),
                 get(op.operands[0]),
@@ -567,7 +590,14 @@ def _const(op: ir.Operation):
         et = _np_type(t.element_type)
         if dense.is_splat:
             return np.full(t.shape, _scalar(dense.get_splat_value()), dtype=et)
-        return np.array([_scalar(dense[i]) for i in range(len(dense))], dtype=et)
+        # DenseElementsAttr does not index its elements; the typed views do
+        elem = t.element_type
+        typed = (
+            ir.DenseIntElementsAttr(attr)
+            if isinstance(elem, (ir.IntegerType, ir.IndexType))
+            else ir.DenseFPElementsAttr(attr)
+        )
+        return np.array([typed[i] for i in range(len(typed))], dtype=et).reshape(t.shape)
     return _np_type(t)(_scalar(attr))
 
 

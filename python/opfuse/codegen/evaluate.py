@@ -176,6 +176,8 @@ class Evaluator:
             return self.addresses(op.operands[0], self._collapse_source(op, idx), n_dims)
         if op.name == "tensor.extract_slice" and len(op.operands) == 1:
             return self.addresses(op.operands[0], self._slice_source(op, idx), n_dims)
+        if op.name == "tensor.reshape":
+            return self.addresses(op.operands[0], self._reshape_source(op, idx), n_dims)
         if op.name == "arith.constant":
             return []
         if op.name != "linalg.generic" or "reduction" in iterators_of(op):
@@ -302,6 +304,8 @@ class Evaluator:
             return self.value(op.operands[0], self._collapse_source(op, idx))
         if name == "tensor.extract_slice":
             return self.value(op.operands[0], self._slice_source(op, idx))
+        if name == "tensor.reshape":
+            return self.value(op.operands[0], self._reshape_source(op, idx))
         if name == "arith.constant":
             attr = op.attributes["value"]
             if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
@@ -322,6 +326,15 @@ class Evaluator:
         for t, group in enumerate(_reassociation(op)):
             out.extend(delinearize(idx[t], [src_shape[i] for i in group]))
         return tuple(out)
+
+    def _reshape_source(self, op: ir.Operation, idx: Index) -> Index:
+        """A general reshape (same elements, row-major): through the flat position. Both
+        shapes are static (the builder and the importer only make static ones)."""
+        src, out = op.operands[0].type, op.results[0].type
+        if not (ir.ShapedType(src).has_static_shape and ir.ShapedType(out).has_static_shape):
+            raise Unsupported("tensor.reshape with a dynamic shape")
+        flat = linearize(idx, shape_of(out))
+        return tuple(delinearize(flat, shape_of(src)))
 
     def _slice_source(self, op: ir.Operation, idx: Index) -> Index:
         if len(op.operands) > 1:

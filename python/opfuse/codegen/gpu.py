@@ -237,7 +237,10 @@ def _emit(g: Group, kmod: ir.Module, notes: list[str]) -> tuple[str, KernelBuild
     for emitter in ORDER.get(g.kind, ("fallback",)):
         scratch = ir.Module.create(ir.Location.unknown(kmod.context))
         try:
-            kb = EMITTERS[emitter](g, scratch, g.name)
+            # The module's context is made current: index math on rank-0 values (a scalar
+            # leaf has no index expression to take a context from) needs the ambient one.
+            with kmod.context:
+                kb = EMITTERS[emitter](g, scratch, g.name)
         except Unsupported as e:
             reasons.append(f"{emitter}: {e}")
             continue
