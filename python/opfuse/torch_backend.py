@@ -5,7 +5,8 @@ Both go through the torch importer (:mod:`opfuse.frontends.torch`) and
 the tensors' data:
 
 * **CPU backend** (every machine): tensors cross as numpy arrays that share their memory
-  (float32/float16 as they are, bfloat16 as its uint16 bit patterns), so a call copies
+  (float32/float16 as they are, bfloat16 as its uint16 bit patterns, bool as int8 0/1:
+  the i8 booleans of the IR), so a call copies
   nothing but the results' wrapping; tensors on another device are copied to the host and
   the results back to that device.
 * **cuda backend**: when the Executable offers ``run_device(inputs, outputs, *, stream)``
@@ -60,7 +61,14 @@ __all__ = ["CompiledModule", "FallbackWarning", "compile", "opfuse_backend", "re
 #: The name ``torch.compile(backend=...)`` knows opfuse by.
 BACKEND_NAME = "opfuse"
 
-_TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+# element types of the IR -> torch dtypes (the importer's i8 values are always booleans)
+_TORCH_DTYPES = {
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "i8": torch.bool,
+    "i64": torch.int64,
+}
 
 
 class FallbackWarning(UserWarning):
@@ -252,8 +260,8 @@ class _DynamoGraph:
         if _autograd_recording(args):
             _warn(_AUTOGRAD_REASON)
             return self.gm.forward(*args)
-        try:
-            results = self.program.run(args)
+        try:  # the graph's own tensor constants (torch.tensor(2.0)) follow Dynamo's inputs
+            results = self.program.run([*args, *self.program.imported.params])
         except Exception as e:  # noqa: BLE001  (e.g. the first call's JIT failed: run eagerly)
             _warn(_reason(e))
             self.program = None
@@ -310,12 +318,15 @@ def _state_getter(model: Any, imported: ImportedGraph, k: int) -> Callable[[], A
 
 
 def _to_numpy(t: Any) -> np.ndarray:
-    """A numpy view of ``t``'s data (host copy only for other devices); bf16 as uint16 bits."""
+    """A numpy view of ``t``'s data (host copy only for other devices); bf16 as uint16 bits,
+    bool as int8."""
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
     if t.dtype == torch.bfloat16:
         return t.contiguous().view(torch.int16).numpy().view(np.uint16)
+    if t.dtype == torch.bool:
+        return t.numpy().view(np.int8)
     return t.numpy()
 
 
@@ -323,6 +334,8 @@ def _to_torch(a: np.ndarray, element_type: str, device: Any) -> Any:
     """A tensor sharing ``a``'s memory (each call's results are fresh arrays)."""
     if element_type == "bf16":
         t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    elif element_type == "i8":
+        t = torch.from_numpy(a).view(torch.bool)
     else:
         t = torch.from_numpy(a)
     return t if device.type == "cpu" else t.to(device)
@@ -348,12 +361,21 @@ class _no_mha_fastpath:
         torch.backends.mha.set_fastpath_enabled(self._was)
 
 
+def _native_keep(mask: Any, mask_type: Any, b: int) -> Any:
+    """The native kernels' ``mask`` as SDPA's boolean one (True: attend), broadcastable to
+    the (batch, heads, queries, keys) scores. The kernels read any mask as a boolean, true
+    (nonzero) where masked: type 0 is (queries, keys), 1 a (batch, keys) padding mask,
+    2 the merged (batch, heads, queries, keys) one."""
+    keep = mask.logical_not()
+    return keep.view(b, 1, 1, -1) if mask_type == 1 else keep
+
+
 def _native_mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
                 proj_bias, mask=None, need_weights=True, average_attn_weights=True,
                 mask_type=None):
-    """``torch._native_multi_head_attention`` in plain ops (batch-first, no mask)."""
-    del mask, mask_type  # nodes with a mask are not rewritten
+    """``torch._native_multi_head_attention`` in plain ops (batch-first)."""
     b, t, _ = query.shape
+    keep = None if mask is None else _native_keep(mask, mask_type, b)
     head_dim = embed_dim // num_head
     biases = qkv_bias.chunk(3) if qkv_bias is not None else (None,) * 3
 
@@ -364,11 +386,14 @@ def _native_mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, pr
                zip((query, key, value), qkv_weight.chunk(3), biases))
     weights = None
     if need_weights:
-        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(head_dim), dim=-1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
+        if keep is not None:
+            scores = torch.where(keep, scores, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
         o = weights @ v
         weights = weights.mean(dim=1) if average_attn_weights else weights
     else:
-        o = F.scaled_dot_product_attention(q, k, v)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
     return F.linear(o.transpose(1, 2).reshape(b, t, embed_dim), proj_weight, proj_bias), weights
 
 
@@ -377,14 +402,13 @@ def _encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_wei
                        norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2,
                        mask=None, mask_type=None):
     """``torch._transformer_encoder_layer_fwd`` in plain ops (the C++ kernel's order)."""
-    del mask, mask_type
 
     def norm(x: Any, w: Any, bias: Any) -> Any:
         return F.layer_norm(x, (embed_dim,), w, bias, eps)
 
     x = norm(src, norm_weight_1, norm_bias_1) if norm_first else src
     x = _native_mha(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
-                    proj_bias, need_weights=False)[0] + src
+                    proj_bias, mask, need_weights=False, mask_type=mask_type)[0] + src
     if not norm_first:
         x = norm(x, norm_weight_1, norm_bias_1)
     h = norm(x, norm_weight_2, norm_bias_2) if norm_first else x
@@ -405,18 +429,18 @@ def _decompose_fastpath(gm: Any) -> Any:
     """``gm`` with the fused inference kernels Dynamo captured replaced by plain ops.
 
     Dynamo traces the modules' Python under the caller's grad mode, so a ``no_grad`` call
-    captures the fast-path ops themselves. Calls with a mask are kept (the importer then
-    names them). ``gm`` is not changed: its eager fallback stays torch's own kernel.
+    captures the fast-path ops themselves (with their masks: a causal ``src_mask``, a
+    padding mask). ``gm`` is not changed: its eager fallback stays torch's own kernel.
     """
     def plain(node: Any) -> Callable | None:
         fn = _FASTPATH.get(node.target) if node.op == "call_function" else None
         if fn is None:
             return None
         try:
-            bound = inspect.signature(fn).bind(*node.args, **node.kwargs).arguments
+            inspect.signature(fn).bind(*node.args, **node.kwargs)
         except TypeError:
             return None
-        return fn if bound.get("mask") is None else None
+        return fn
 
     if not any(plain(n) for n in gm.graph.nodes):
         return gm

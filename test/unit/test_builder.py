@@ -396,3 +396,227 @@ def test_half_precision_sums_and_matmuls_accumulate_in_f32(dtype):
     outs = opfuse.compile(g, backend="cpu")(*args)
     values = [bf16_bits_to_float32(o) if dtype == "bf16" else o for o in outs]
     assert [float(v.ravel()[0]) for v in values] == [1024.0, 1024.0]
+
+
+# --------------------------------------------------------------------------- masks
+
+
+def _mask_ops() -> Graph:
+    """Every comparison, where, logical op, iota, full and cast, broadcasting like the
+    arithmetic ops; inputs: x (4, 6), a (6,), col (4, 1) float, m (4, 6) i8, n (6,) i64."""
+    g = Graph("masks")
+    x, a, col = g.input("x", (4, 6)), g.input("a", (6,)), g.input("col", (4, 1))
+    m, n = g.input("m", (4, 6), "i8"), g.input("n", (6,), "i64")
+    g.output(g.eq(x, a), g.ne(x, col), g.lt(x, 0.25), g.le(a, x), g.gt(col, a), g.ge(x, -0.5))
+    g.output(g.eq(m, 1), g.lt(n, g.iota((4, 6), 1, dtype="i64")), g.ge(n, -1))
+    g.output(g.where(m, x, a), g.where(g.gt(x, 0.0), x, 0.1), g.where(g.lt(col, 0.0), -2.0, 3.0))
+    g.output(g.where(m, n, 7), g.where(g.le(x, a), float("-inf"), x))
+    g.output(g.where(g.lt(col, 0.0), float("inf"), float("nan")))  # bit-pattern constants
+    g.output(g.logical_not(m), g.logical_not(x), g.logical_and(m, g.gt(x, 0.0)))
+    g.output(g.logical_or(g.lt(a, 0.0), m), g.logical_and(x, n))
+    g.output(
+        g.iota((4, 6), 0), g.iota((6,), 0, start=1.0, step=0.5), g.iota((4, 6), -1, dtype="f16")
+    )
+    g.output(g.iota((2, 3), 1, start=-3, step=2, dtype="i64"), g.full((4, 6), 2.5) * x)
+    g.output(g.cast(m, "f32"), g.cast(n, "f32"), g.cast(m, "i64"), g.cast(x, "i8"))
+    g.output(g.cast(col * 4.0, "i64"), g.cast(x, "f16"), g.cast(g.cast(x, "bf16"), "f16"))
+    g.output(g.cast(g.cast(x, "f16"), "f32"), g.cast(n, "i8"), g.cast(n, "bf16"))
+    g.output(n + n, n - 3, n * n, g.neg(n), g.relu(n), g.maximum(n, 0), g.minimum(n, 2))
+    g.output(g.broadcast_to(m, (2, 4, 6)), g.reshape(n, (2, 3)), g.transpose(m, (1, 0)))
+    return g
+
+
+def _mask_inputs(g: Graph) -> dict[str, np.ndarray]:
+    inputs = g.random_inputs(1)
+    inputs["x"][1, 2] = inputs["a"][3] = np.nan  # comparisons with NaN, like torch
+    inputs["x"][0, :] = inputs["a"]  # some equal pairs
+    inputs["n"] = np.array([-3, -1, 0, 1, 2, 5], np.int64)
+    return inputs
+
+
+def test_mask_ops_reference_is_numpy() -> None:
+    g = _mask_ops()
+    inputs = _mask_inputs(g)
+    x, a, col, m, n = (inputs[k].astype(np.float64) for k in ("x", "a", "col", "m", "n"))
+    b, cols = m != 0, np.broadcast_to(np.arange(6), (4, 6))
+
+    def f16(v):
+        return round_to_dtype(v, "f16")
+
+    def bf16(v):
+        return round_to_dtype(v, "bf16")
+
+    want = [
+        x == a,
+        x != col,
+        x < 0.25,
+        a <= x,
+        col > a,
+        x >= -0.5,
+        b,
+        n < cols,
+        n >= -1,
+        np.where(b, x, a),
+        np.where(x > 0, x, np.float32(0.1)),
+        np.where(col < 0, -2.0, 3.0),
+        np.where(b, n, 7),
+        np.where(x <= a, -np.inf, x),
+        np.where(col < 0, np.inf, np.nan),
+        ~b,
+        x == 0,
+        b & (x > 0),
+        (a < 0) | b,
+        (x != 0) & (n != 0),
+        np.broadcast_to(np.arange(4)[:, None], (4, 6)),
+        1 + 0.5 * np.arange(6),
+        cols,
+        np.broadcast_to(-3 + 2 * np.arange(3), (2, 3)),
+        np.float32(2.5) * x,
+        b,
+        n,
+        b,
+        x != 0,
+        np.trunc(col * np.float32(4)),
+        f16(x),
+        f16(bf16(x)),
+        f16(x),
+        n != 0,
+        n,
+        2 * n,
+        n - 3,
+        n * n,
+        -n,
+        np.maximum(n, 0),
+        np.maximum(n, 0),
+        np.minimum(n, 2),
+        np.broadcast_to(b, (2, 4, 6)),
+        n.reshape(2, 3),
+        b.T,
+    ]
+    got = g.reference(**inputs)
+    assert len(got) == len(want)
+    for t, r, w in zip(g.outputs, got, want):
+        assert (
+            r.dtype
+            == {
+                "f32": np.float32,
+                "f16": np.float16,
+                "i8": np.int8,
+                "i64": np.int64,
+                "bf16": np.float32,
+            }[t.dtype]
+        ), t.name
+        np.testing.assert_allclose(
+            r.astype(np.float64), np.asarray(w, np.float64), rtol=1e-6, err_msg=t.name
+        )
+
+
+def test_mask_ops_fused_unfused_and_numpy_agree_on_cpu() -> None:
+    import opfuse
+
+    g = _mask_ops()
+    inputs = _mask_inputs(g)
+    want = g.reference(**inputs)
+    args = [inputs[t.name] for t in g.inputs]
+    for fusion in (True, False):
+        got = opfuse.compile(g, backend="cpu", fusion=fusion)(*args)
+        for t, r, w in zip(g.outputs, got, want):
+            if t.dtype == "bf16":  # the CPU backend hands bf16 back as its bits
+                from opfuse.runtime.executable import bf16_bits_to_float32
+
+                r = bf16_bits_to_float32(r)
+            assert r.dtype == w.dtype and r.shape == w.shape, t.name
+            if t.dtype in ("i8", "i64"):
+                np.testing.assert_array_equal(r, w, err_msg=f"{t.name} fusion={fusion}")
+            else:
+                np.testing.assert_allclose(
+                    r,
+                    w,
+                    rtol=1e-3 if t.dtype == "f16" else 1e-6,
+                    err_msg=f"{t.name} fusion={fusion}",
+                )
+
+
+def test_booleans_are_i8_never_i1_tensors() -> None:
+    g = Graph("b")
+    x = g.input("x", (4, 8))
+    keep = g.gt(x, 0.0)
+    assert keep.dtype == "i8"
+    g.output(g.where(keep, x, g.full((), float("-inf"))), keep, g.logical_not(keep))
+    text = g.to_mlir()
+    assert "xi1>" not in text and "tensor<4x8xi8>" in text
+    assert "arith.cmpf ogt" in text and "arith.extui %" in text and ": i1 to i8" in text
+    assert "arith.cmpi ne" in text and "arith.select" in text  # where: i8 -> i1 -> select
+    assert "arith.constant 0xFF800000 : f32" in text  # the full(-inf) is a body constant
+    assert text.count("linalg.generic") == 3  # gt, where, logical_not: the full is folded
+
+
+def test_iota_is_a_generic_with_no_inputs_classified_elementwise() -> None:
+    from opfuse.analysis.opinfo import OpKind, describe_all
+
+    g = Graph("i")
+    x = g.input("x", (4, 8))
+    g.output(x + g.iota((8,), 0), g.full((4, 8), 3.0, dtype="f32"))
+    text = g.to_mlir()
+    (iota,) = [gen for gen in text.split("linalg.generic")[1:] if "linalg.index" in gen]
+    header, body = iota.split("^bb0")
+    assert "ins(" not in header and "outs(" in header  # no inputs
+    # read through a broadcast, the (8,) iota is built in the add's (4, 8) shape, axis 1
+    assert "tensor<4x8xf32>" in header and "linalg.index 1 : index" in body
+    assert "arith.index_cast" in body and "arith.sitofp" in body
+    module = g.to_module()
+    func = module.body.operations[0]
+    ops = [op for op in func.regions[0].blocks[0].operations if op.name == "linalg.generic"]
+    kinds = [info.kind for info in describe_all(func, ops)]
+    assert kinds == [OpKind.ELEMENTWISE] * 3  # iota, add, full
+
+
+@pytest.mark.parametrize("what", ["causal", "arange_add", "tril"])
+def test_sources_fuse_into_their_consumers(what: str) -> None:
+    """An iota fuses like a cheap elementwise producer: the causal mask and softmax are one
+    kernel, ``x + arange`` one, and a tril mask from 1-D aranges (as torch decomposes
+    ``tril``) one, because sources read through a broadcast are built in the reader's shape."""
+    import opfuse
+
+    g = Graph(what)
+    x = g.input("x", (2, 3, 8, 8) if what == "causal" else (4, 8))
+    if what == "causal":
+        rows, cols = g.iota(x.shape, -2, dtype="i64"), g.iota(x.shape, -1, dtype="i64")
+        y = g.softmax(g.where(g.ge(rows, cols), x, float("-inf")))
+    elif what == "arange_add":
+        y = x + g.iota((8,), 0)
+    else:
+        cols = g.reshape(g.iota((8,), 0, dtype="i64"), (1, 8))
+        rows = g.reshape(g.iota((4,), 0, dtype="i64"), (4, 1))
+        y = g.where(g.le(cols - rows, 0), x, 0.0)
+    g.output(y)
+    exe = opfuse.compile(g, backend="cpu")
+    assert exe.report["totals"]["after"]["kernels"] == 1
+    inputs = g.random_inputs()
+    np.testing.assert_allclose(exe(inputs["x"]), g.reference(**inputs)[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda g: g.where(g.input("x", (4,)), 1.0, 2.0), "condition must be an i8 boolean"),
+        (lambda g: g.gt(g.input("x", (4,)), g.input("n", (4,), "i64")), "different dtypes"),
+        (lambda g: g.exp(g.input("n", (4,), "i64")), "exp: i64 operands"),
+        (lambda g: g.add(g.input("m", (4,), "i8"), 1), "add: i8 operands"),
+        (lambda g: g.sum(g.input("n", (4,), "i64")), "sum: i64 operands"),
+        (lambda g: g.lt(g.input("n", (4,), "i64"), 0.5), "0.5 is not an integer"),
+        (lambda g: g.iota((4,), 0, step=0.5, dtype="i64"), "step 0.5 is not an integer"),
+        (lambda g: g.iota((4,), 0, dtype="i8"), "unknown dtype 'i8'"),
+        (lambda g: g.iota((4,), 1), "axis 1 out of range"),
+        (lambda g: g.cast(g.input("x", (4,)), "i32"), "unknown dtype 'i32'"),
+        (
+            lambda g: g.where(
+                g.input("m", (4,), "i8"), g.input("x", (4,)), g.input("h", (4,), "f16")
+            ),
+            "different dtypes",
+        ),
+    ],
+)
+def test_mask_errors(build, message: str) -> None:
+    with pytest.raises(OpfuseError, match=message):
+        build(Graph("e"))

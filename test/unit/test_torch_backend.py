@@ -1,5 +1,7 @@
 """opfuse.torch: ``opfuse.torch.compile`` and ``torch.compile(backend="opfuse")`` against torch
-eager on the CPU backend, the eager fallbacks, the entry point and the seed demo.
+eager on the CPU backend, the eager fallbacks, the entry point and the seed demo. The
+masked models (causal attention, GPT-2's tril buffer, ``torch.where``, ``arange``, bool
+inputs and results: ``torch_models.MASKS``) must compile with no fallback.
 
 Numerics: max |opfuse - eager| <= TOL[dtype] * max |eager|, both run on this machine's CPU.
 * f32: 1e-5 (measured worst 1.1e-6, RMSNorm+SwiGLU).
@@ -33,7 +35,7 @@ from opfuse.frontends.torch import UnsupportedOpError  # noqa: E402
 from opfuse.runtime.executable import Executable  # noqa: E402
 from opfuse import torch_backend  # noqa: E402
 from opfuse.torch_backend import opfuse_backend  # noqa: E402
-from torch_models import Attention, RMSNormSwiGLU, Softmax, encoder_layer  # noqa: E402
+from torch_models import MASKS, Attention, RMSNormSwiGLU, Softmax, encoder_layer  # noqa: E402
 from torch_models import seed_mlp as _seed_mlp  # noqa: E402
 
 
@@ -77,9 +79,27 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
 }
 HALF_SHAPES = {"seed_mlp": [(256, 256)]}
 
+# The models that used to fall back (SDPA is_causal, GPT-2's masked_fill on a tril buffer,
+# torch.where, arange, a causal encoder layer), a bool user input, a bool buffer, bool and
+# int64 results, and a tensor constant inside a Dynamo graph (torch_models.MASKS).
+MASK_MODELS = [
+    "causal_sdpa",
+    "sdpa_bool_mask",
+    "gpt2_masked_fill",
+    "gpt2_bool_buffer",
+    "where_scalar",
+    "arange_add",
+    "causal_encoder_layer",
+    "masked_fill_tensor",
+    "bool_and_int_outputs",
+]
+
 
 def _make(name: str, dtype: str = "f32") -> tuple[nn.Module, tuple]:
     torch.manual_seed(0)
+    if name in MASKS:
+        factory, inputs = MASKS[name]
+        return factory().eval(), inputs()
     factory, shapes = MODELS[name]
     if dtype != "f32":
         shapes = HALF_SHAPES.get(name, shapes)
@@ -93,6 +113,15 @@ def _assert_close(got: Any, want: Any, dtype: str) -> None:
     err = (got.double() - want.double()).abs().max().item()
     scale = want.double().abs().max().item()
     assert err <= TOL[dtype] * scale, f"max error {err:.3g} > {TOL[dtype]} * {scale:.3g}"
+
+
+def _assert_all_close(got: Any, want: Any) -> None:
+    """The same output structure, every tensor close at f32 tolerance."""
+    flat_got, spec_got = torch.utils._pytree.tree_flatten(got)
+    flat_want, spec_want = torch.utils._pytree.tree_flatten(want)
+    assert spec_got == spec_want
+    for g, w in zip(flat_got, flat_want):
+        _assert_close(g, w, "f32")
 
 
 @pytest.fixture
@@ -120,17 +149,17 @@ def dynamo(monkeypatch):
 # --------------------------------------------------------------------------- numerics
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", [*MODELS, *MASK_MODELS])
 def test_opfuse_torch_compile_matches_eager(name: str):
     model, inputs = _make(name)
     compiled = opfuse.torch.compile(model, inputs, backend="cpu")
     with torch.no_grad():
-        _assert_close(compiled(*inputs), model(*inputs), "f32")
+        _assert_all_close(compiled(*inputs), model(*inputs))
     totals = compiled.report["totals"]
-    assert totals["after"]["kernels"] < totals["before"]["kernels"]
+    assert totals["after"]["kernels"] < totals["before"]["kernels"] or name == "masked_fill_tensor"
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", [*MODELS, *MASK_MODELS])
 def test_torch_compile_backend_matches_eager(name: str, dynamo):
     model, inputs = _make(name)
     fast = torch.compile(model, backend="opfuse", options={"backend": "cpu"})
@@ -141,7 +170,7 @@ def test_torch_compile_backend_matches_eager(name: str, dynamo):
         got = fast(*inputs)
         want = model(*inputs)
     assert len(dynamo) == 1  # one graph, compiled by opfuse
-    _assert_close(got, want, "f32")
+    _assert_all_close(got, want)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -215,11 +244,7 @@ def test_output_structure_is_the_models(path: str, dynamo):
     with torch.no_grad():
         model.shift.fill_(3.0)  # buffers are read at call time too
         got, want = fast(x, y), model(x, y)
-    flat_got, spec_got = torch.utils._pytree.tree_flatten(got)
-    flat_want, spec_want = torch.utils._pytree.tree_flatten(want)
-    assert spec_got == spec_want
-    for g, w in zip(flat_got, flat_want):
-        _assert_close(g, w, "f32")
+    _assert_all_close(got, want)
 
 
 def test_wrong_shape_or_arguments_are_clear_errors():
@@ -290,28 +315,38 @@ def test_opfuse_error_at_first_call_falls_back(dynamo, monkeypatch):
             assert torch.equal(fast(x), model(x))  # stays eager, warned once
 
 
+def _native_arguments(layer: nn.TransformerEncoderLayer) -> tuple[tuple, tuple]:
+    """The arguments (after the inputs) of the native MHA and encoder-layer kernels."""
+    attn = layer.self_attn
+    weights = (attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight, attn.out_proj.bias)
+    mha = (attn.embed_dim, attn.num_heads, *weights)
+    gelu = layer.activation_relu_or_gelu == 2
+    norms = (layer.norm1.weight, layer.norm1.bias, layer.norm2.weight, layer.norm2.bias)
+    ffn = (layer.linear1.weight, layer.linear1.bias, layer.linear2.weight, layer.linear2.bias)
+    return mha, (*mha, gelu, layer.norm_first, layer.norm1.eps, *norms, *ffn)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_fast_path_decompositions_match_torch(norm_first: bool, activation: str):
     """The plain-op rewrites of the fused inference kernels Dynamo captures under no_grad
     (checked eagerly against torch's kernels: no compile needed)."""
     torch.manual_seed(0)
-    layer = nn.TransformerEncoderLayer(32, 4, 64, activation=activation, norm_first=norm_first,
-                                       batch_first=True).eval()
-    x, attn = torch.randn(2, 8, 32), layer.self_attn
-    mha = (32, 4, attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight,
-           attn.out_proj.bias)
-    enc = (32, 4, *mha[2:], activation == "gelu", norm_first, layer.norm1.eps,
-           layer.norm1.weight, layer.norm1.bias, layer.norm2.weight, layer.norm2.bias,
-           layer.linear1.weight, layer.linear1.bias, layer.linear2.weight, layer.linear2.bias)
+    layer = nn.TransformerEncoderLayer(
+        32, 4, 64, activation=activation, norm_first=norm_first, batch_first=True
+    ).eval()
+    x = torch.randn(2, 8, 32)
+    mha, enc = _native_arguments(layer)
     y = torch.randn(2, 8, 32)  # the native kernel wants q, k, v of one shape
     with torch.no_grad():
-        _assert_close(torch_backend._encoder_layer_fwd(x, *enc),
-                      torch._transformer_encoder_layer_fwd(x, *enc), "f32")
+        _assert_close(
+            torch_backend._encoder_layer_fwd(x, *enc),
+            torch._transformer_encoder_layer_fwd(x, *enc),
+            "f32",
+        )
         for average in (True, False):
             got = torch_backend._native_mha(x, y, y, *mha, average_attn_weights=average)
-            want = torch._native_multi_head_attention(x, y, y, *mha,
-                                                      average_attn_weights=average)
+            want = torch._native_multi_head_attention(x, y, y, *mha, average_attn_weights=average)
             for g, w in zip(got, want):
                 _assert_close(g, w, "f32")
         got, weights = torch_backend._native_mha(x, x, x, *mha, need_weights=False)
@@ -319,11 +354,39 @@ def test_fast_path_decompositions_match_torch(norm_first: bool, activation: str)
         _assert_close(got, torch._native_multi_head_attention(x, x, x, *mha)[0], "f32")
 
 
+@pytest.mark.parametrize("mask_type", [0, 1, 2])
+@pytest.mark.parametrize("boolean", [False, True])
+def test_fast_path_decompositions_with_masks_match_torch(mask_type: int, boolean: bool):
+    """The native kernels with the masks TransformerEncoderLayer hands them (a causal
+    src_mask merged to (batch, heads, T, T): type 2; a key padding mask: type 1; a (T, T)
+    mask: type 0), float -inf/0 or boolean True-is-masked."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval()
+    x = torch.randn(2, 8, 32)
+    mha, enc = _native_arguments(layer)
+    masked = torch.ones(8, 8, dtype=torch.bool).triu(1)  # causal
+    if mask_type == 1:
+        masked = torch.zeros(2, 8, dtype=torch.bool)
+        masked[0, 5:] = True  # padding
+    elif mask_type == 2:
+        masked = masked.expand(2, 4, 8, 8)
+    mask = masked if boolean else torch.zeros(masked.shape).masked_fill(masked, float("-inf"))
+    with torch.no_grad():
+        _assert_close(
+            torch_backend._encoder_layer_fwd(x, *enc, mask, mask_type),
+            torch._transformer_encoder_layer_fwd(x, *enc, mask, mask_type),
+            "f32",
+        )
+        got = torch_backend._native_mha(x, x, x, *mha, mask, mask_type=mask_type)
+        want = torch._native_multi_head_attention(x, x, x, *mha, mask, mask_type=mask_type)
+        for g, w in zip(got, want):
+            _assert_close(g, w, "f32")
+
+
 # --------------------------------------------------------------------------- by name
 
 
-_BY_NAME = textwrap.dedent(
-    """
+_BY_NAME = textwrap.dedent("""
     import warnings, torch
     from torch import nn
     torch.manual_seed(0)
@@ -337,8 +400,7 @@ _BY_NAME = textwrap.dedent(
     err = (got - want).abs().max().item()
     assert err < 1e-5, err
     print("by name ok", err)
-    """
-)
+    """)
 
 
 def _run_by_name(env_path: str | None = None) -> None:
@@ -347,13 +409,22 @@ def _run_by_name(env_path: str | None = None) -> None:
         import os
 
         env = {**os.environ, "PYTHONPATH": env_path}
-    out = subprocess.run([sys.executable, "-c", _BY_NAME], capture_output=True, text=True,
-                         env=env, cwd=ROOT, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _BY_NAME],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.returncode == 0 and "by name ok" in out.stdout, out.stderr[-3000:]
 
 
-@pytest.mark.skipif(not HAVE_ENTRY_POINT, reason="the torch_dynamo_backends entry point is "
-                    "not installed yet (add it to pyproject.toml, then pip install -e .)")
+@pytest.mark.skipif(
+    not HAVE_ENTRY_POINT,
+    reason="the torch_dynamo_backends entry point is "
+    "not installed yet (add it to pyproject.toml, then pip install -e .)",
+)
 def test_entry_point_registers_the_backend_by_name():
     ep = _entry_point()
     assert ep.value == "opfuse.torch_backend:opfuse_backend"
@@ -366,8 +437,9 @@ def test_entry_point_lines_work_before_they_are_installed(tmp_path: Path):
     """The pyproject lines, as an installed package's entry_points.txt would carry them."""
     dist = tmp_path / "opfuse_entry_point_check-0.0.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: opfuse-entry-point-check\n"
-                                   "Version: 0.0\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: opfuse-entry-point-check\n" "Version: 0.0\n"
+    )
     (dist / "entry_points.txt").write_text(f"[torch_dynamo_backends]\n{ENTRY_POINT}\n")
     _run_by_name(str(tmp_path))
 
@@ -376,8 +448,7 @@ def test_entry_point_lines_work_before_they_are_installed(tmp_path: Path):
 
 
 def test_import_opfuse_does_not_import_torch():
-    code = textwrap.dedent(
-        """
+    code = textwrap.dedent("""
         import sys
         import opfuse
         assert "torch" not in sys.modules and "opfuse.torch" not in sys.modules
@@ -386,15 +457,23 @@ def test_import_opfuse_does_not_import_torch():
             import opfuse.torch
         except ImportError as e:
             print("ok:", e)
-        """
-    )
+        """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "ok: opfuse.torch needs PyTorch: pip install 'opfuse[torch]'" in out.stdout, out.stderr
 
 
 def test_seed_mlp_example_prints_the_comparison():
-    cmd = [sys.executable, str(ROOT / "examples" / "seed_mlp.py"), "--batch", "256",
-           "--iters", "3", "--warmup", "1", "--no-inductor"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "examples" / "seed_mlp.py"),
+        "--batch",
+        "256",
+        "--iters",
+        "3",
+        "--warmup",
+        "1",
+        "--no-inductor",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout

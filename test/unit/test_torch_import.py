@@ -33,6 +33,8 @@ from opfuse.frontends.torch import (  # noqa: E402
     import_module,
 )
 from torch_models import (  # noqa: E402
+    MASKS,
+    module_of,
     Attention,
     RMSNormSwiGLU,
     Softmax,
@@ -99,6 +101,7 @@ NUMERICS: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
     "layernorm": (lambda: nn.LayerNorm(256), [(512, 256)]),
     "softmax": (Softmax, [(512, 256)]),
     "attention": (Attention, [(2, 4, 64, 32)] * 3),
+    "causal_attention": (lambda: MASKS["causal_sdpa"][0](), [(2, 4, 64, 32)] * 3),
     "rmsnorm_swiglu": (lambda: RMSNormSwiGLU(256, 512), [(256, 256)]),
     "encoder_layer": (encoder_layer, [(2, 32, 256)]),
 }
@@ -184,10 +187,6 @@ def test_import_fx_from_dynamo():
 # --------------------------------------------------------------------------- more ops
 
 
-def _fn(f: Callable) -> nn.Module:
-    return type("Fn", (nn.Module,), {"forward": lambda self, *a: f(*a)})()
-
-
 OPS = {
     "chunk": (lambda x: sum(c * (i + 1) for i, c in enumerate(x.chunk(3, dim=-1))), [(4, 9)]),
     "split_slice_step": (lambda x: torch.split(x, [4, 5], 1)[1].exp() + x[:, ::2], [(4, 9)]),
@@ -207,18 +206,30 @@ OPS = {
     "layernorm_2d": (nn.LayerNorm((4, 8)), [(3, 4, 8)]),
     "rmsnorm_default_eps": (nn.RMSNorm(8), [(3, 8)]),
     "arith": (
-        lambda x, y: (x * x + 1).reciprocal() + x.pow(3) + (x * x + 1).pow(0.5)
-        + torch.rsub(x, 1.0) + torch.sub(x, y, alpha=2) + torch.add(x, y, alpha=0.5)
-        + torch.maximum(x, y) - torch.minimum(x, y) + x / 3,
+        lambda x, y: (x * x + 1).reciprocal()
+        + x.pow(3)
+        + (x * x + 1).pow(0.5)
+        + torch.rsub(x, 1.0)
+        + torch.sub(x, y, alpha=2)
+        + torch.add(x, y, alpha=0.5)
+        + torch.maximum(x, y)
+        - torch.minimum(x, y)
+        + x / 3,
         [(3, 8), (8,)],
     ),
     "unary": (
-        lambda x: F.silu(x) + torch.sigmoid(x) * torch.tanh(x) - torch.erf(x)
-        + torch.exp(x).log() + torch.sqrt(x * x) + torch.rsqrt(x * x + 1) + F.relu(-x),
+        lambda x: F.silu(x)
+        + torch.sigmoid(x) * torch.tanh(x)
+        - torch.erf(x)
+        + torch.exp(x).log()
+        + torch.sqrt(x * x)
+        + torch.rsqrt(x * x + 1)
+        + F.relu(-x),
         [(3, 8)],
     ),
     "shapes": (
-        lambda x: x.unsqueeze(1).expand(3, 4, 8).reshape(12, 8) + x.repeat(4, 1)
+        lambda x: x.unsqueeze(1).expand(3, 4, 8).reshape(12, 8)
+        + x.repeat(4, 1)
         + x.t().contiguous().view(8, 3).t().repeat(4, 1).squeeze(),
         [(3, 8)],
     ),
@@ -230,7 +241,7 @@ OPS = {
 def test_more_ops(name: str):
     f, shapes = OPS[name]
     torch.manual_seed(0)
-    model = (f if isinstance(f, nn.Module) else _fn(f)).eval()
+    model = (f if isinstance(f, nn.Module) else module_of(f)).eval()
     inputs = tuple(torch.randn(*s) for s in shapes)
     imported = import_module(model, inputs)
     oir.parse_module(imported.to_mlir())
@@ -238,6 +249,67 @@ def test_more_ops(name: str):
         want = model(*inputs)
     (got,) = imported.reference(*inputs)
     _assert_close(got, want, "f32")
+
+
+# --------------------------------------------------------------------------- masks
+
+
+def _mask_model(name: str) -> tuple[nn.Module, tuple]:
+    torch.manual_seed(0)
+    factory, inputs = MASKS[name]
+    return factory().eval(), inputs()
+
+
+@pytest.mark.parametrize("name", list(MASKS))
+def test_masks_match_torch_eager(name: str):
+    model, inputs = _mask_model(name)
+    imported = import_module(model, inputs)
+    text = imported.to_mlir()
+    oir.parse_module(text)
+    assert "xi1>" not in text  # booleans are i8 tensors; i1 only inside bodies
+    with torch.no_grad():
+        want = torch.utils._pytree.tree_flatten(model(*inputs))[0]
+    got = imported.reference(*inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        _assert_close(g, w, "f32")
+
+
+def test_causal_mask_is_iotas_fused_into_the_softmax():
+    """SDPA's is_causal compares two iotas of the scores' shape: the mask costs no kernel and
+    no bytes, the program fuses like unmasked attention (QKᵀ, softmax, PV)."""
+    model, inputs = _mask_model("causal_sdpa")
+    causal = import_module(model, inputs)
+    text = causal.to_mlir()
+    assert text.count("linalg.index") == 2 and "arith.cmpi sge" in text
+    assert "arith.select" in text and "0xFF800000" in text  # where(mask, s, -inf)
+    plain = import_module(Attention().eval(), inputs)
+    fused, unmasked = _fused_totals(causal.graph.to_module()), _fused_totals(
+        plain.graph.to_module()
+    )
+    assert fused.kernels == unmasked.kernels == 3
+    assert fused.bytes == unmasked.bytes
+
+
+def test_masked_fill_constant_is_folded_into_the_where():
+    """``masked_fill(m, -inf)`` decomposes to ``where(m, scalar_tensor(-inf), x)``: the
+    scalar tensor becomes a constant of the where's body, not a tensor input."""
+    model, inputs = _mask_model("gpt2_masked_fill")
+    text = import_module(model, inputs).to_mlir()
+    end = text.rindex('loc("where")')
+    where = text[text.rindex("linalg.generic", 0, end) : end]
+    assert " : tensor<1x1x16x16xi8>, tensor<2x4x16x16xf32>) outs(" in where  # 2 inputs
+    assert "arith.constant 0xFF800000 : f32" in where and "arith.select" in where
+    assert "arith.cmpf oeq" in text  # bias == 0 on the float buffer
+
+
+def test_bool_argument_is_passed_as_int8():
+    model, inputs = _mask_model("sdpa_bool_mask")
+    imported = import_module(model, inputs)
+    assert [i.dtype for i in imported.inputs] == ["f32", "f32", "f32", "i8"]
+    assert "%mask: tensor<2x1x16x16xi8>" in imported.to_mlir()
+    args = imported.arguments(*inputs)
+    assert args[3].dtype == np.int8 and set(np.unique(args[3])) <= {0, 1}
 
 
 # --------------------------------------------------------------------------- kernel counts
@@ -262,8 +334,12 @@ def _g_models() -> dict[str, tuple[nn.Module, tuple]]:
 # (hand-written, imported) kernel counts before fusion: the imported Linear layers add
 # one weight transpose each, which producer-consumer fusion folds into the matmul.
 UNFUSED = {
-    "g1_mlp": (20, 22), "g3_softmax": (5, 5), "g4_layernorm": (11, 11),
-    "g5_attention": (15, 15), "g6_encoder_layer": (69, 75), "g6_encoder_layer:3d": (69, 85),
+    "g1_mlp": (20, 22),
+    "g3_softmax": (5, 5),
+    "g4_layernorm": (11, 11),
+    "g5_attention": (15, 15),
+    "g6_encoder_layer": (69, 75),
+    "g6_encoder_layer:3d": (69, 85),
     "g7_rmsnorm_swiglu": (13, 16),
 }
 
@@ -299,28 +375,29 @@ def test_unsupported_op_names_op_and_module():
 
 
 def test_unsupported_argument_is_named():
-    attn = _fn(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    attn = module_of(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.1))
     qkv = tuple(torch.randn(1, 2, 4, 8) for _ in range(3))
-    with pytest.raises(UnsupportedOpError, match="scaled_dot_product_attention.*is_causal"):
+    with pytest.raises(UnsupportedOpError, match="scaled_dot_product_attention.*dropout_p"):
         import_module(attn, qkv)
 
 
 @pytest.mark.parametrize(
     "f, match",
     [
-        (lambda x: x.to(torch.float16), "no cast op"),
-        (lambda x: torch.cat([x, x]), r"aten\.cat"),
-        (lambda x: torch.where(x > 0, x, 0.0), r"aten\.gt"),
+        (lambda x: x.to(torch.int32), r"aten\._to_copy.*dtype torch\.int32"),
+        (lambda x: torch.cat([x, x]), r"aten\.cat"),  # RoPE's rotate_half
+        (lambda x: (x > 0).sum(), r"aten\.sum.*reduction of i8"),
+        (lambda x: x.long() & x.long(), r"aten\.bitwise_and.*booleans only"),
     ],
 )
 def test_builder_gaps_are_errors(f, match):
     with pytest.raises(UnsupportedOpError, match=match):
-        import_module(_fn(f), (torch.randn(2, 3),))
+        import_module(module_of(f), (torch.randn(2, 3),))
 
 
 def test_non_float_inputs_and_training_dropout_are_errors():
     with pytest.raises(OpfuseError, match="dtype torch.int64"):
-        import_module(_fn(lambda x: x * 2), (torch.ones(2, 3, dtype=torch.int64),))
+        import_module(module_of(lambda x: x * 2), (torch.ones(2, 3, dtype=torch.int64),))
     with pytest.raises(OpfuseError, match="dropout"):
         import_module(nn.Dropout(0.5).train(), (torch.randn(2, 3),))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import nn
@@ -46,3 +47,190 @@ class RMSNormSwiGLU(nn.Module):
 
 def encoder_layer() -> nn.Module:
     return nn.TransformerEncoderLayer(d_model=256, nhead=4, batch_first=True)
+
+
+# --------------------------------------------------------------------------- masks
+
+
+class CausalAttention(nn.Module):
+    """``F.scaled_dot_product_attention(..., is_causal=True)``."""
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class MaskedAttention(nn.Module):
+    """SDPA with a boolean ``attn_mask`` input (True: attend)."""
+
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class GPT2Attention(nn.Module):
+    """nanoGPT's masked attention: a registered float tril buffer, ``masked_fill(== 0)``.
+
+    With ``boolean=True``, Hugging Face GPT-2's form instead: a bool tril buffer and
+    ``torch.where(mask, scores, min)``.
+    """
+
+    def __init__(self, block: int = 16, boolean: bool = False):
+        super().__init__()
+        tril = torch.tril(torch.ones(block, block, dtype=torch.bool if boolean else None))
+        self.register_buffer("bias", tril.view(1, 1, block, block))
+        self.boolean = boolean
+
+    def forward(self, q, k, v):
+        t = q.size(-2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        if self.boolean:
+            low = torch.finfo(att.dtype).min
+            att = torch.where(self.bias[:, :, :t, :t], att, torch.full([], low))
+        else:
+            att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
+        return F.softmax(att, dim=-1) @ v
+
+
+class LeakyWhere(nn.Module):
+    """``torch.where`` with a comparison against a scalar."""
+
+    def forward(self, x):
+        return torch.where(x > 0, x, 0.1 * x)
+
+
+class ArangeAdd(nn.Module):
+    """``torch.arange`` (float32) added to the input's last axis."""
+
+    def forward(self, x):
+        return x + torch.arange(x.shape[-1], dtype=torch.float32)
+
+
+class CausalEncoderLayer(nn.Module):
+    """A post-norm encoder layer over a causal mask built in ``forward``."""
+
+    def __init__(self, d: int = 32, heads: int = 4, ff: int = 64):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(d, heads, ff, batch_first=True)
+
+    def forward(self, x):
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        return self.layer(x, src_mask=mask, is_causal=True)
+
+
+def module_of(f: Callable) -> nn.Module:
+    """A module whose forward is ``f``."""
+    return type("Fn", (nn.Module,), {"forward": lambda self, *a: f(*a)})()
+
+
+def _qkv(q=(2, 4, 16, 8), kv=None) -> Callable[[], tuple]:
+    return lambda: (torch.randn(*q), torch.randn(*(kv or q)), torch.randn(*(kv or q)))
+
+
+def _x_mask(shape=(4, 8)) -> Callable[[], tuple]:
+    return lambda: (torch.randn(*shape), torch.rand(*shape) < 0.5)
+
+
+def _nan_input() -> tuple:
+    x = torch.randn(4, 8)
+    x[1, 2] = x[3, 0] = float("nan")
+    return (x,)
+
+
+def _causal_or_random(*shape) -> torch.Tensor:
+    """A random boolean mask that keeps the diagonal (no fully masked row: there torch's
+    softmax gives 0 and opfuse's NaN, see opfuse.frontends.torch_aten_reductions)."""
+    return (torch.rand(*shape) < 0.5) | torch.eye(shape[-2], shape[-1], dtype=torch.bool)
+
+
+# name -> (model, inputs): masks, comparisons, selection, casts, arange, full. Each one was
+# an unsupported op before (aten.gt, aten.eq, aten.arange, SDPA's is_causal, ...).
+MASKS: dict[str, tuple[Callable[[], nn.Module], Callable[[], tuple]]] = {
+    "causal_sdpa": (CausalAttention, _qkv()),
+    "causal_sdpa_cross": (CausalAttention, _qkv((2, 2, 6, 8), (2, 2, 10, 8))),
+    "sdpa_bool_mask": (MaskedAttention, lambda: (*_qkv()(), _causal_or_random(2, 1, 16, 16))),
+    "gpt2_masked_fill": (GPT2Attention, _qkv()),
+    "gpt2_bool_buffer": (lambda: GPT2Attention(boolean=True), _qkv()),
+    "where_scalar": (LeakyWhere, lambda: (torch.randn(4, 8),)),
+    "arange_add": (ArangeAdd, lambda: (torch.randn(4, 8),)),
+    "causal_encoder_layer": (CausalEncoderLayer, lambda: (torch.randn(2, 16, 32),)),
+    "compare": (
+        lambda: module_of(
+            lambda x, y: (x > y).float()
+            + (x >= 0.3) * 1.0
+            + (x < y) * 2.0
+            + (x <= -0.2) * 3.0
+            + (x == y) * 4.0
+            + (x != 0)
+            + (y == x[0]) * 5.0
+        ),
+        lambda: (torch.randn(4, 8).round(), torch.randn(8).round()),
+    ),
+    "compare_nan": (
+        lambda: module_of(lambda x: torch.where(x != x, 0.0, x) + (x == x) + (x > 0) + (x <= 0)),
+        _nan_input,
+    ),
+    "tril_triu": (
+        lambda: module_of(lambda x: x.tril() + x.triu(2) * 2 + x.tril(-1) * 3),
+        lambda: (torch.randn(4, 8),),
+    ),
+    "logical": (
+        lambda: module_of(
+            lambda x, m: torch.where(m & (x > 0) | ~m, x, -x)
+            + torch.logical_not(m) * 1.0
+            + torch.logical_or(m, x < 0).float()
+            + torch.logical_and(x, m).float()
+            + torch.logical_not(x)
+        ),
+        _x_mask(),
+    ),
+    "masked_fill_tensor": (
+        lambda: module_of(lambda x, m: x.masked_fill(m, torch.tensor(3.0))),
+        _x_mask(),
+    ),
+    "arange_mask": (
+        lambda: module_of(
+            lambda x: torch.where(torch.arange(8)[None, :] <= torch.arange(4)[:, None], x, 0.0)
+        ),
+        lambda: (torch.randn(4, 8),),
+    ),
+    "arange_steps_and_ints": (
+        lambda: module_of(
+            lambda x: x * torch.arange(1, 9, 0.5)[::2]
+            + torch.arange(8.0)
+            + torch.arange(8) * 2
+            - (torch.arange(8) < 2.5).float()
+            + torch.arange(3, 19, 2) / 4
+        ),
+        lambda: (torch.randn(4, 8),),
+    ),
+    "full_ones_zeros": (
+        lambda: module_of(
+            lambda x: x
+            + torch.ones_like(x)
+            + torch.zeros(4, 8)
+            + x.new_ones(8) * 2
+            + torch.full((4, 1), 0.5)
+        ),
+        lambda: (torch.randn(4, 8),),
+    ),
+    "square_subsequent_mask": (
+        lambda: module_of(
+            lambda x: torch.softmax(x + nn.Transformer.generate_square_subsequent_mask(8)[:4], -1)
+        ),
+        lambda: (torch.randn(4, 8),),
+    ),
+    "casts": (
+        lambda: module_of(
+            lambda x, m: x.half().float()
+            + m.to(x.dtype)
+            + x.to(torch.bfloat16).float()
+            + (x > 0).to(torch.int64) * x
+            + (x * 4).long()
+            + x.bool().float()
+        ),
+        _x_mask(),
+    ),
+    "bool_and_int_outputs": (
+        lambda: module_of(lambda x: (x > 0, torch.arange(8) + 1, x * 2)),
+        lambda: (torch.randn(4, 8),),
+    ),
+}

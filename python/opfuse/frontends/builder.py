@@ -35,10 +35,25 @@ IR conventions (the fusion passes rely on them):
 * Composite ops (gelu, silu, softmax, layernorm, rms_norm, mean) are chains of the ops
   above, one generic per step, named ``<scope>.<op>`` (``gelu.tanh``): fusing these chains
   is opfuse's job, so the builder never pre-fuses them.
+* Integers and booleans (masks are made of them): ``i64`` tensors hold integers (``iota``,
+  index arithmetic: add, sub, mul, neg, maximum, minimum, relu), ``i8`` tensors hold
+  booleans as 0 or 1. A boolean is never an ``i1`` tensor: a memref of i1 can be neither a
+  kernel argument nor a CPU buffer, so ``i1`` lives only inside a body. Comparisons
+  (``eq ne lt le gt ge``: ``arith.cmpf`` ordered, ``une`` for ``ne``, or ``arith.cmpi``
+  signed) and ``logical_not/and/or`` widen their ``i1`` with ``arith.extui`` to i8;
+  ``where`` narrows its condition back with ``arith.cmpi ne, %c, 0`` and picks with
+  ``arith.select``. ``cast`` converts between any two dtypes (to i8 means ``!= 0``).
+  Reductions, matmul and the float functions (div, exp, ...) take float tensors only.
+* Sources: ``iota`` (``start + step * index`` along one axis) and ``full`` are generics
+  with no inputs, their body a ``linalg.index`` or a constant, so they fuse into their
+  consumers as cheap elementwise producers. A ``full`` that an elementwise op reads where
+  it does not set the op's shape is folded into that op's body as a constant
+  (``masked_fill``'s ``where(mask, -inf, x)`` is one generic, like a python scalar).
 
 Reference semantics: every op is computed in float64 and its result rounded to the graph
 dtype (float32; float16; bf16 emulated as round-to-nearest-even float32 values, returned as
-``np.float32``), i.e. every intermediate tensor has the storage precision the IR gives it.
+``np.float32``; i64 truncated toward zero; i8 as ``!= 0``), i.e. every intermediate tensor
+has the storage precision the IR gives it.
 Reductions are exact-then-rounded, so f16/bf16 sums differ from the IR's f32 accumulation
 by the f32 rounding error only.
 """
@@ -58,12 +73,13 @@ from ..errors import OpfuseError
 Shape = tuple[int, ...]
 Scalar = float | int
 
-DTYPES = ("f32", "f16", "bf16")
+DTYPES = ("f32", "f16", "bf16")  # float dtypes: a graph's default, and every op's
+INT_DTYPES = ("i64", "i8")  # integers (iota, index arithmetic), booleans (0 or 1)
+_ALL_DTYPES = DTYPES + INT_DTYPES
 # Names double as SSA names (%x) and locations: MLIR suffix-id characters only.
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.$-]*\Z")
 
 _HALF = ("f16", "bf16")
-
 
 
 def _np_erf(x: np.ndarray) -> np.ndarray:
@@ -89,15 +105,32 @@ _NUMPY: dict[str, Callable[..., np.ndarray]] = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "copy": lambda x: x,
     "cast": lambda x: x,  # the rounding to the node's dtype happens for every node
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "where": lambda c, x, y: np.where(c != 0, x, y),
+    "logical_not": lambda x: x == 0,
+    "logical_and": lambda x, y: (x != 0) & (y != 0),
+    "logical_or": lambda x, y: (x != 0) | (y != 0),
 }
+# Functions that also take i64 operands (i8 booleans only compare, select and cast).
+_INT_FUNCTIONS = {"add", "sub", "mul", "maximum", "minimum", "neg", "relu", "copy"}
 
 
 def round_to_dtype(a: np.ndarray | float, dtype: str) -> np.ndarray:
-    """Round values to ``dtype`` (``f32``, ``f16``, ``bf16``); returned as float64.
+    """Round values to ``dtype``; returned as float64.
 
-    bf16 is emulated: the float32 bits rounded to nearest even on the upper 16 bits.
+    bf16 is emulated: the float32 bits rounded to nearest even on the upper 16 bits. i64
+    truncates toward zero (``arith.fptosi``), i8 booleans are ``a != 0``.
     """
     a = np.asarray(a, dtype=np.float64)
+    if dtype == "i64":
+        return np.trunc(a)
+    if dtype == "i8":
+        return (a != 0).astype(np.float64)
     if dtype == "f32":
         return a.astype(np.float32).astype(np.float64)
     if dtype == "f16":
@@ -109,13 +142,30 @@ def round_to_dtype(a: np.ndarray | float, dtype: str) -> np.ndarray:
 
 def numpy_dtype(dtype: str) -> type:
     """The numpy type that holds values of ``dtype`` (bf16 values live in float32)."""
-    return {"f32": np.float32, "f16": np.float16, "bf16": np.float32}[_check_dtype(dtype)]
+    return {
+        "f32": np.float32,
+        "f16": np.float16,
+        "bf16": np.float32,
+        "i64": np.int64,
+        "i8": np.int8,
+    }[_check_dtype(dtype)]
 
 
-def _check_dtype(dtype: str) -> str:
-    if dtype not in DTYPES:
-        raise OpfuseError(f"unknown dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+def _check_dtype(dtype: str, allowed: tuple[str, ...] = _ALL_DTYPES) -> str:
+    if dtype not in allowed:
+        raise OpfuseError(f"unknown dtype {dtype!r}: expected one of {', '.join(allowed)}")
     return dtype
+
+
+def _is_int(dtype: str) -> bool:
+    return dtype in INT_DTYPES
+
+
+def _fill_value(t: Any) -> Scalar | None:
+    """The value of a ``full`` tensor, else None."""
+    if isinstance(t, Tensor) and t.node.op == "ew" and t.node.attrs["fn"] == "full":
+        return t.node.attrs["value"]
+    return None
 
 
 def _check_name(name: str, what: str = "op name") -> str:
@@ -149,6 +199,18 @@ def _reassociation(small: Shape, big: Shape) -> list[list[int]] | None:
     return groups
 
 
+def _comparison(fn: str, symbol: str) -> Callable[..., Tensor]:
+    """The ``Graph`` method of one comparison (they differ in their predicate only)."""
+
+    def compare(self: Graph, x: Operand, y: Operand, *, name: str | None = None) -> Tensor:
+        return self._compare(fn, x, y, name)
+
+    nan = "true" if fn == "ne" else "false"
+    compare.__name__ = compare.__qualname__ = fn
+    compare.__doc__ = f"``x {symbol} y`` as an i8 boolean, numpy broadcasting ({nan} with NaN)."
+    return compare
+
+
 @dataclass(eq=False)
 class _Node:
     """One op of the graph; its result has the physical ``shape``.
@@ -161,7 +223,7 @@ class _Node:
     name: str
     shape: Shape
     dtype: str
-    args: tuple[Any, ...] = ()  # Tensor handles; python floats for elementwise scalars
+    args: tuple[Any, ...] = ()  # Tensor handles; python numbers for elementwise scalars
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -187,7 +249,7 @@ class Tensor:
 
     @property
     def dtype(self) -> str:
-        """The element type: ``f32``, ``f16`` or ``bf16``."""
+        """The element type: ``f32``, ``f16``, ``bf16``, ``i64`` or ``i8`` (booleans)."""
         return self.node.dtype
 
     @property
@@ -263,7 +325,7 @@ class Graph:
 
     def __init__(self, name: str, dtype: str = "f32", *, doc: str | None = None):
         self.name = _check_name(name, "graph name")
-        self.dtype = _check_dtype(dtype)
+        self.dtype = _check_dtype(dtype, DTYPES)
         self.doc = doc
         self.inputs: list[Tensor] = []
         self.outputs: list[Tensor] = []
@@ -280,7 +342,8 @@ class Graph:
         Args:
             name: Argument name: its SSA name, location and :meth:`reference` keyword.
             shape: Static shape; every dim a positive integer.
-            dtype: Element type; the graph's default if None.
+            dtype: Element type; the graph's default if None. ``i8`` inputs hold booleans
+                (0 or 1, like a numpy/torch bool array viewed as int8).
 
         Returns:
             The argument's tensor handle.
@@ -391,10 +454,128 @@ class Graph:
             raise OpfuseError(f"broadcast_to: cannot broadcast {x.shape} to {shape}")
         if x.shape == shape and not x.lazy:
             return x
+        source = self._respaced_source(x, shape, name)
+        if source is not None:
+            return source
         if x.lazy or x.shape != shape[lead:]:  # size-1 dims: a copy generic reading index 0
             return self._elementwise("copy", (x,), name, out_shape=shape, default="broadcast")
         node = self._node("broadcast", name, shape, x.dtype, (x,), dims=list(range(lead)))
         return Tensor(self, node, shape)
+
+    # ----------------------------------------------------------------- comparisons, selection
+
+    # x OP y as an i8 boolean (1 or 0), numpy broadcasting; a python number is a constant of
+    # the other operand's dtype. Ordered: false where either is NaN, except ne (true).
+    eq = _comparison("eq", "==")
+    ne = _comparison("ne", "!=")
+    lt = _comparison("lt", "<")
+    le = _comparison("le", "<=")
+    gt = _comparison("gt", ">")
+    ge = _comparison("ge", ">=")
+
+    def where(self, cond: Tensor, x: Operand, y: Operand, *, name: str | None = None) -> Tensor:
+        """``x`` where ``cond`` is nonzero, else ``y``; numpy broadcasting of all three.
+
+        Args:
+            cond: An i8 boolean tensor.
+            x: A tensor, or a python number (a constant of the result's dtype).
+            y: Likewise; tensors among ``x``, ``y`` share one dtype, which is the result's
+                (the graph's default dtype if both are numbers).
+            name: Location name.
+        """
+        cond = self._own(cond)
+        if cond.dtype != "i8":
+            raise OpfuseError(f"where: the condition must be an i8 boolean, got {cond.dtype}")
+        values = [self._own(o) for o in (x, y) if isinstance(o, Tensor)]
+        out = self._same_dtype("where", values) if values else self.dtype
+        return self._elementwise("where", (cond, x, y), name, dtype=out, src=out)
+
+    def logical_not(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``x == 0`` as an i8 boolean (any dtype; NaN counts as true, like torch)."""
+        return self._elementwise("logical_not", (x,), name, dtype="i8")
+
+    def logical_and(self, x: Tensor, y: Tensor, *, name: str | None = None) -> Tensor:
+        """``x != 0 and y != 0`` as an i8 boolean; the operands' dtypes may differ."""
+        return self._elementwise("logical_and", (self._own(x), self._own(y)), name, dtype="i8")
+
+    def logical_or(self, x: Tensor, y: Tensor, *, name: str | None = None) -> Tensor:
+        """``x != 0 or y != 0`` as an i8 boolean; the operands' dtypes may differ."""
+        return self._elementwise("logical_or", (self._own(x), self._own(y)), name, dtype="i8")
+
+    def cast(self, x: Tensor, dtype: str, *, name: str | None = None) -> Tensor:
+        """``x`` converted to ``dtype`` (``x`` itself if it has that dtype already).
+
+        Floats round to nearest even (``arith.extf``/``truncf``); i64 and i8 become floats
+        exactly below 2**24 (``arith.sitofp``/``uitofp``; half types through f32); floats
+        become i64 truncated toward zero (``arith.fptosi``); anything becomes an i8 boolean
+        as ``x != 0`` (NaN is true).
+        """
+        x = self._own(x)
+        if _check_dtype(dtype) == x.dtype:
+            return x
+        value = _fill_value(x)
+        if value is not None:  # a constant, cast, is a constant (unless inf/NaN to i64)
+            v = float(round_to_dtype(value, dtype))
+            if not _is_int(dtype) or math.isfinite(v):
+                return self.full(x.shape, int(v) if _is_int(dtype) else v, dtype=dtype, name=name)
+        return self._elementwise("cast", (x,), name, dtype=dtype, src=x.dtype)
+
+    # ----------------------------------------------------------------- sources
+
+    def iota(
+        self,
+        shape: Sequence[int],
+        axis: int = -1,
+        *,
+        start: Scalar = 0,
+        step: Scalar = 1,
+        dtype: str | None = None,
+        name: str | None = None,
+    ) -> Tensor:
+        """``start + step * i`` at every index whose coordinate along ``axis`` is ``i``.
+
+        One generic with no inputs: ``linalg.index`` cast to i64, times ``step``, plus
+        ``start`` (in f32 for float dtypes, then rounded). ``iota((n,), 0)`` is
+        ``arange(n)``; ``iota((L, S), 0)`` and ``iota((L, S), 1)`` are the row and column
+        numbers a causal mask compares.
+
+        Args:
+            shape: The result's static shape.
+            axis: The axis the values run along.
+            start: The value at index 0 (an integer for i64).
+            step: The increment per index (an integer for i64).
+            dtype: A float dtype or i64 (default: the graph's).
+            name: Location name.
+        """
+        shape = self._check_shape(shape, "iota")
+        if not -len(shape) <= axis < len(shape):
+            raise OpfuseError(f"iota: axis {axis} out of range for shape {shape}")
+        dtype = _check_dtype(dtype or self.dtype, (*DTYPES, "i64"))
+        for what, v in (("start", start), ("step", step)):
+            self._check_scalar("iota", v, dtype, what)
+        return self._source(
+            "iota", shape, dtype, name, axis=axis % len(shape), start=start, step=step
+        )
+
+    def full(
+        self,
+        shape: Sequence[int],
+        value: Scalar,
+        *,
+        dtype: str | None = None,
+        name: str | None = None,
+    ) -> Tensor:
+        """A tensor of ``shape`` (``()`` for a scalar) holding ``value`` everywhere.
+
+        A generic whose body yields a constant; an elementwise op that reads it where it
+        does not set the op's shape gets ``value`` as a constant in its own body instead.
+        For i8, ``value`` is a boolean (``True``/``False`` or 1/0).
+        """
+        shape = self._check_shape(shape, "full")
+        dtype = _check_dtype(dtype or self.dtype)
+        value = int(bool(value)) if dtype == "i8" else value
+        self._check_scalar("full", value, dtype, "value")
+        return self._source("full", shape, dtype, name, value=value)
 
     # ----------------------------------------------------------------- reductions
 
@@ -456,6 +637,9 @@ class Graph:
         shape = self._infer_shape(x, shape)
         if shape == x.shape:
             return x
+        source = self._respaced_source(x, shape, name, reshape=True)
+        if source is not None:
+            return source
         op, groups = "reshape", None
         if len(shape) < x.ndim:
             op, groups = "collapse", _reassociation(shape, x.shape)
@@ -477,6 +661,7 @@ class Graph:
         """
         x, y = (self._materialize(self._own(t)) for t in (x, y))
         self._same_dtype("matmul", (x, y))
+        self._float_only("matmul", (x,))
         if x.ndim != y.ndim or x.ndim not in (2, 3, 4):
             raise OpfuseError(
                 f"matmul: expected two 2-D, 3-D or 4-D operands, got {x.shape} and {y.shape}"
@@ -507,7 +692,7 @@ class Graph:
         """``t`` rounded to ``dtype`` by an elementwise ``round`` op (if it is not already)."""
         if t.dtype == dtype:
             return t
-        return self._elementwise("cast", (t,), None, out_dtype=dtype, default="round")
+        return self._elementwise("cast", (t,), None, default="round", dtype=dtype, src=t.dtype)
 
     # ----------------------------------------------------------------- compositions
 
@@ -610,18 +795,21 @@ class Graph:
         env = self._bind(args, kwargs)
         for node in self._live_nodes():
             env[id(node)] = round_to_dtype(self._eval(node, env), node.dtype)
-        return [
-            env[id(t.node)].reshape(t.shape).astype(numpy_dtype(t.dtype)) for t in self.outputs
-        ]
+        return [env[id(t.node)].reshape(t.shape).astype(numpy_dtype(t.dtype)) for t in self.outputs]
 
     def random_inputs(
         self, seed: int = 0, low: float = -1.0, high: float = 1.0
     ) -> dict[str, np.ndarray]:
-        """Uniform random inputs by name, already rounded to each input's dtype."""
+        """Uniform random inputs by name, already rounded to each input's dtype (i8: 0 or 1;
+        i64: integers in ``[low, high]``)."""
         rng = np.random.default_rng(seed)
         out = {}
         for t in self.inputs:
-            values = round_to_dtype(rng.uniform(low, high, t.shape), t.dtype)
+            if _is_int(t.dtype):  # booleans 0/1; integers in [low, high]
+                lo, hi = (0, 1) if t.dtype == "i8" else (math.ceil(low), math.floor(high))
+                values = rng.integers(lo, hi + 1, t.shape)
+            else:
+                values = round_to_dtype(rng.uniform(low, high, t.shape), t.dtype)
             out[t.name] = values.astype(numpy_dtype(t.dtype))
         return out
 
@@ -726,6 +914,20 @@ class Graph:
             raise OpfuseError(f"{op}: operands have different dtypes {sorted(dtypes)}")
         return dtypes.pop()
 
+    @staticmethod
+    def _float_only(op: str, tensors: Sequence[Tensor]) -> None:
+        for t in tensors:
+            if _is_int(t.dtype):
+                raise OpfuseError(f"{op}: {t.dtype} operands are not supported (cast first)")
+
+    @staticmethod
+    def _check_scalar(op: str, value: Any, dtype: str, what: str = "scalar") -> None:
+        """A python number that an op of ``dtype`` holds as a constant."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise OpfuseError(f"{op}: unsupported {what} {value!r}")
+        if _is_int(dtype) and not (math.isfinite(value) and float(value).is_integer()):
+            raise OpfuseError(f"{op}: {what} {value!r} is not an integer ({dtype} operands)")
+
     # ----------------------------------------------------------------- op construction
 
     def _materialize(self, t: Tensor) -> Tensor:
@@ -747,28 +949,113 @@ class Graph:
         name: str | None,
         out_shape: Shape | None = None,
         default: str | None = None,
-        out_dtype: str | None = None,
+        *,
+        dtype: str | None = None,
+        src: str | None = None,
         **attrs: Any,
     ) -> Tensor:
+        """One elementwise generic of ``fn`` over broadcast ``operands``.
+
+        ``dtype`` is the result's dtype and ``src`` the operands' (python numbers become
+        constants of ``src``); both default to the tensors' common dtype.
+        """
         for o in operands:
             if isinstance(o, bool) or not isinstance(o, (Tensor, int, float)):
                 raise OpfuseError(f"{fn}: unsupported operand {o!r}")
-        tensors = [self._own(o) for o in operands if isinstance(o, Tensor)]
-        if not tensors:
+        if not any(isinstance(o, Tensor) for o in operands):
             raise OpfuseError(f"{fn}: needs at least one Tensor operand")
-        dtype = out_dtype or self._same_dtype(fn, tensors)
+        if dtype is None:
+            tensors = [self._own(o) for o in operands if isinstance(o, Tensor)]
+            dtype = src = self._same_dtype(fn, tensors)
+            if _is_int(dtype) and (fn not in _INT_FUNCTIONS or dtype == "i8" and fn != "copy"):
+                raise OpfuseError(f"{fn}: {dtype} operands are not supported (cast first)")
+        if src is not None:
+            operands = self._fold_fills(operands, src, out_shape)
+            for o in operands:
+                if not isinstance(o, Tensor):
+                    self._check_scalar(fn, o, src)
+            attrs["src"] = src
+        tensors = [self._own(o) for o in operands if isinstance(o, Tensor)]
         shape, lazy = self._broadcast(fn, tensors, out_shape)
+        if not lazy and out_shape is None:  # sources read through a broadcast: in our shape
+            operands = [self._widened(o, shape) for o in operands]
+            tensors = [o for o in operands if isinstance(o, Tensor)]
         domain = [k for k in range(len(shape)) if k not in lazy]
         maps = [self._input_map(t, shape, domain) for t in tensors]
-        args = tuple(o if isinstance(o, Tensor) else float(o) for o in operands)
         physical = tuple(shape[k] for k in domain)
-        if out_dtype is not None:
-            attrs["src"] = tensors[0].dtype
         node = self._node(
-            "ew", name, physical, dtype, args, default or fn, fn=fn, maps=maps, logical=shape,
+            "ew",
+            name,
+            physical,
+            dtype,
+            tuple(operands),
+            default or fn,
+            fn=fn,
+            maps=maps,
+            logical=shape,
             **attrs,
         )
         return Tensor(self, node, shape, lazy)
+
+    def _fold_fills(self, operands: Sequence[Any], src: str, out_shape: Shape | None) -> list[Any]:
+        """``operands`` with each ``full`` tensor of dtype ``src`` replaced by its value where
+        the other tensors alone broadcast to the same shape (the value becomes a constant
+        in the body, as if the caller had passed a python number)."""
+        out = list(operands)
+        for i, o in enumerate(operands):
+            value = _fill_value(o)
+            rest = [t.shape for t in out if isinstance(t, Tensor) and t is not o]
+            if value is None or o.dtype != src or not rest:
+                continue
+            rest += [out_shape] if out_shape is not None else []
+            try:
+                if np.broadcast_shapes(*rest) == np.broadcast_shapes(*rest, o.shape):
+                    out[i] = value
+            except ValueError:
+                continue  # _broadcast reports it
+        return out
+
+    def _source(self, fn: str, shape: Shape, dtype: str, name: str | None, **attrs: Any) -> Tensor:
+        """A generic with no inputs (``iota``, ``full``)."""
+        node = self._node("ew", name, shape, dtype, (), fn, fn=fn, maps=[], logical=shape, **attrs)
+        return Tensor(self, node, shape)
+
+    def _widened(self, o: Any, shape: Shape) -> Any:
+        if not isinstance(o, Tensor) or o.shape == shape:
+            return o
+        source = self._respaced_source(o, shape, o.name)
+        return o if source is None else source
+
+    def _respaced_source(
+        self, t: Tensor, shape: Shape, name: str | None, *, reshape: bool = False
+    ) -> Tensor | None:
+        """``t``, if an ``iota`` or a ``full``, broadcast to ``shape`` (or if ``reshape``,
+        reshaped to it by adding or removing 1s) as a new source of that shape, else None.
+
+        The values are the same; computed in the iteration space of the op that reads them,
+        they fuse into it (``arange(T)[:, None] <= arange(T)``, ``x + arange(n)``) instead of
+        staying a smaller kernel of their own that fusion cannot merge.
+        """
+        at = t.node.attrs
+        if t.node.op != "ew" or at["fn"] not in ("iota", "full") or t.lazy:
+            return None
+        if at["fn"] == "full":
+            return self.full(shape, at["value"], dtype=t.dtype, name=name)
+        if t.shape[at["axis"]] == 1:  # one value along the axis: a constant
+            return self.full(shape, at["start"], dtype=t.dtype, name=name)
+        axis = at["axis"] + len(shape) - t.ndim
+        if reshape:
+            old = [k for k, d in enumerate(t.shape) if d != 1]
+            new = [k for k, d in enumerate(shape) if d != 1]
+            if [t.shape[k] for k in old] != [shape[k] for k in new]:
+                return None  # a real reshape moves values across axes
+            axis = new[old.index(at["axis"])]
+        return self.iota(shape, axis, start=at["start"], step=at["step"], dtype=t.dtype, name=name)
+
+    def _compare(self, fn: str, x: Operand, y: Operand, name: str | None) -> Tensor:
+        tensors = [self._own(o) for o in (x, y) if isinstance(o, Tensor)]
+        src = self._same_dtype(fn, tensors) if tensors else None
+        return self._elementwise(fn, (x, y), name, dtype="i8", src=src)
 
     @staticmethod
     def _broadcast(
@@ -805,10 +1092,9 @@ class Graph:
             results.append(domain.index(k) if size == shape[k] else "0")
         return results
 
-    def _reduce(
-        self, kind: str, x: Tensor, axis: Axes, keepdims: bool, name: str | None
-    ) -> Tensor:
+    def _reduce(self, kind: str, x: Tensor, axis: Axes, keepdims: bool, name: str | None) -> Tensor:
         x = self._materialize(self._own(x))
+        self._float_only(kind, (x,))
         axes = self._axes(x, axis)
         physical = tuple(d for k, d in enumerate(x.shape) if k not in axes)
         # f16/bf16 sums accumulate in f32 (a bf16 accumulator loses the sum after a few
@@ -827,9 +1113,7 @@ class Graph:
             raise OpfuseError("reference: pass inputs either by position or by name")
         if args:
             if len(args) != len(self.inputs):
-                raise OpfuseError(
-                    f"reference: expected {len(self.inputs)} inputs, got {len(args)}"
-                )
+                raise OpfuseError(f"reference: expected {len(self.inputs)} inputs, got {len(args)}")
             kwargs = {t.name: a for t, a in zip(self.inputs, args)}
         missing = [t.name for t in self.inputs if t.name not in kwargs]
         extra = sorted(set(kwargs) - {t.name for t in self.inputs})
@@ -858,13 +1142,25 @@ class Graph:
 
     @staticmethod
     def _eval(node: _Node, env: dict[int, np.ndarray]) -> np.ndarray:
+        op, at = node.op, node.attrs
         vals = [
-            env[id(a.node)].reshape(a.shape) if isinstance(a, Tensor) else
-            round_to_dtype(a, node.dtype)
+            (
+                env[id(a.node)].reshape(a.shape)
+                if isinstance(a, Tensor)
+                else round_to_dtype(a, at.get("src", node.dtype))
+            )
             for a in node.args
         ]
-        op, at = node.op, node.attrs
         with np.errstate(all="ignore"):
+            if op == "ew" and at["fn"] == "iota":
+                axis, n = at["axis"], node.shape[at["axis"]]
+                along = at["start"] + at["step"] * np.arange(n, dtype=np.float64)
+                return np.broadcast_to(
+                    along.reshape([-1 if k == axis else 1 for k in range(len(node.shape))]),
+                    node.shape,
+                )
+            if op == "ew" and at["fn"] == "full":
+                return np.full(node.shape, float(at["value"]))
             if op == "ew":
                 if at["fn"] == "pow":
                     out = np.power(vals[0], at["exponent"])

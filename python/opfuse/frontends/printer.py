@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from ..errors import OpfuseError
-from .builder import Graph, Shape, Tensor, _Node
+from .builder import Graph, Shape, Tensor, _is_int, _Node
 
-# -inf as the bit pattern of each type: a decimal literal cannot spell it.
+# -inf, +inf and NaN as the bit patterns of each type: a decimal literal cannot spell them.
 _NEG_INF = {"f32": "0xFF800000", "f16": "0xFC00", "bf16": "0xFF80"}
+_POS_INF = {"f32": "0x7F800000", "f16": "0x7C00", "bf16": "0x7F80"}
+_NAN = {"f32": "0x7FC00000", "f16": "0x7E00", "bf16": "0x7FC0"}
 
 _UNARY_MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt")
 _BINARY_ARITH = {
@@ -24,6 +25,23 @@ _BINARY_ARITH = {
     "maximum": "arith.maximumf",
     "minimum": "arith.minimumf",
 }
+_INT_ARITH = {
+    "add": "arith.addi",
+    "sub": "arith.subi",
+    "mul": "arith.muli",
+    "maximum": "arith.maxsi",
+    "minimum": "arith.minsi",
+}
+# comparison -> (arith.cmpf predicate, arith.cmpi predicate): ordered, except ``ne``, which
+# is true on NaN like torch's and numpy's
+_COMPARE = {
+    "eq": ("oeq", "eq"),
+    "ne": ("une", "ne"),
+    "lt": ("olt", "slt"),
+    "le": ("ole", "sle"),
+    "gt": ("ogt", "sgt"),
+    "ge": ("oge", "sge"),
+}
 _REDUCE = {"sum": ("arith.addf", 0.0), "max": ("arith.maximumf", -math.inf)}
 
 
@@ -32,10 +50,10 @@ def _tensor_type(shape: Shape, dtype: str) -> str:
 
 
 def _float_literal(value: float, dtype: str) -> str:
-    if math.isinf(value) and value < 0:
-        return _NEG_INF[dtype]
-    if not math.isfinite(value):
-        raise OpfuseError(f"constant {value} is not supported (finite values and -inf only)")
+    if math.isnan(value):
+        return _NAN[dtype]
+    if math.isinf(value):
+        return (_NEG_INF if value < 0 else _POS_INF)[dtype]
     text = repr(float(value))
     # MLIR float literals need a '.' before an exponent ("1e-05" lexes as an integer).
     return text if "." in text else text.replace("e", ".0e")
@@ -60,17 +78,50 @@ class _Body:
 
     def const(self, value: float, t: str | None = None) -> str:
         t = t or self.t
-        return self.op(f"arith.constant {_float_literal(value, t)} : {t}")
+        literal = str(int(value)) if _is_int(t) else _float_literal(value, t)
+        return self.op(f"arith.constant {literal} : {t}")
 
-    def to_f32(self, v: str) -> str:
-        return v if self.t == "f32" else self.op(f"arith.extf {v} : {self.t} to f32")
+    def to_f32(self, v: str, t: str | None = None) -> str:
+        t = t or self.t
+        return v if t == "f32" else self.op(f"arith.extf {v} : {t} to f32")
 
     def from_f32(self, v: str) -> str:
         return v if self.t == "f32" else self.op(f"arith.truncf {v} : f32 to {self.t}")
 
-    def compute(self, fn: str, a: list[str], attrs: dict) -> str:
-        """Emit ``fn`` on the operand names ``a``; returns the result's name."""
+    def truth(self, v: str, t: str, negate: bool = False) -> str:
+        """The i1 ``v != 0`` (``v == 0`` if ``negate``) of a value of type ``t``."""
+        zero = self.const(0, t)
+        if _is_int(t):
+            return self.op(f"arith.cmpi {'eq' if negate else 'ne'}, {v}, {zero} : {t}")
+        return self.op(f"arith.cmpf {'oeq' if negate else 'une'}, {v}, {zero} : {t}")
+
+    def boolean(self, c: str) -> str:
+        """An i1 widened to the i8 that booleans are stored as."""
+        return self.op(f"arith.extui {c} : i1 to i8")
+
+    def compute(self, fn: str, a: list[str], attrs: dict, types: list[str]) -> str:
+        """Emit ``fn`` on the operand names ``a`` of types ``types``; returns the result."""
         t = self.t
+        if fn in _COMPARE:
+            src, (fpred, ipred) = types[0], _COMPARE[fn]
+            cmp = f"arith.cmpi {ipred}" if _is_int(src) else f"arith.cmpf {fpred}"
+            return self.boolean(self.op(f"{cmp}, {a[0]}, {a[1]} : {src}"))
+        if fn == "where":
+            c = self.truth(a[0], types[0])
+            return self.op(f"arith.select {c}, {a[1]}, {a[2]} : {t}")
+        if fn == "logical_not":
+            return self.boolean(self.truth(a[0], types[0], negate=True))
+        if fn in ("logical_and", "logical_or"):
+            x, y = self.truth(a[0], types[0]), self.truth(a[1], types[1])
+            return self.boolean(self.op(f"arith.{fn[8:]}i {x}, {y} : i1"))
+        if fn == "cast":
+            return self._cast(a[0], types[0])
+        if fn in ("iota", "full"):
+            return self._source(fn, attrs)
+        if fn == "copy":
+            return a[0]
+        if _is_int(t):
+            return self._integer(fn, a)
         if fn in _BINARY_ARITH:
             return self.op(f"{_BINARY_ARITH[fn]} {a[0]}, {a[1]} : {t}")
         if fn == "neg":
@@ -78,10 +129,6 @@ class _Body:
         if fn == "relu":
             zero = self.const(0.0)
             return self.op(f"arith.maximumf {a[0]}, {zero} : {t}")
-        if fn == "copy":
-            return a[0]
-        if fn == "cast":  # f32 accumulator -> f16/bf16
-            return self.op(f"arith.truncf {a[0]} : {attrs['src']} to {t}")
         # transcendental: computed in f32 so that f16/bf16 lower everywhere
         x = self.to_f32(a[0])
         if fn in _UNARY_MATH:
@@ -95,6 +142,48 @@ class _Body:
         else:
             r = self._pow(x, attrs["exponent"])
         return self.from_f32(r)
+
+    def _integer(self, fn: str, a: list[str]) -> str:
+        t = self.t
+        if fn in _INT_ARITH:
+            return self.op(f"{_INT_ARITH[fn]} {a[0]}, {a[1]} : {t}")
+        zero = self.const(0)
+        if fn == "neg":
+            return self.op(f"arith.subi {zero}, {a[0]} : {t}")
+        return self.op(f"arith.maxsi {a[0]}, {zero} : {t}")  # relu
+
+    def _cast(self, v: str, src: str) -> str:
+        """``v`` of type ``src`` converted to the body's type (see ``Graph.cast``)."""
+        t = self.t
+        if t == "i8":
+            return self.boolean(self.truth(v, src))
+        if src == "i8" and t == "i64":
+            return self.op(f"arith.extui {v} : i8 to i64")
+        if _is_int(src):  # to a float, through f32
+            conv = "uitofp" if src == "i8" else "sitofp"
+            return self.from_f32(self.op(f"arith.{conv} {v} : {src} to f32"))
+        if t == "i64":
+            return self.op(f"arith.fptosi {self.to_f32(v, src)} : f32 to i64")
+        if src == "f32":
+            return self.op(f"arith.truncf {v} : f32 to {t}")
+        return self.from_f32(self.to_f32(v, src))  # a half type to f32 or to the other half
+
+    def _source(self, fn: str, attrs: dict) -> str:
+        if fn == "full":
+            return self.const(attrs["value"])
+        i = self.op(f"linalg.index {attrs['axis']} : index")
+        n = self.op(f"arith.index_cast {i} : index to i64")
+        start, step = attrs["start"], attrs["step"]
+        if _is_int(self.t):
+            if step != 1:
+                n = self.op(f"arith.muli {n}, {self.const(step)} : i64")
+            return n if start == 0 else self.op(f"arith.addi {n}, {self.const(start)} : i64")
+        x = self.op(f"arith.sitofp {n} : i64 to f32")
+        if step != 1:
+            x = self.op(f"arith.mulf {x}, {self.const(step, 'f32')} : f32")
+        if start != 0:
+            x = self.op(f"arith.addf {x}, {self.const(start, 'f32')} : f32")
+        return self.from_f32(x)
 
     def _pow(self, x: str, exponent: float) -> str:
         if exponent.is_integer() and 1 <= exponent <= 4:
@@ -176,11 +265,12 @@ class Printer:
         r = payload(body, block, acc)
         names = ", ".join(self.val(t) for t in ins)
         types = ", ".join(_ty(t) for t in ins)
+        operands = f" ins({names} : {types})" if ins else ""  # iota, full: no inputs
         bb_args = [f"{v}: {t.dtype}" for v, t in zip(block, ins)] + [f"{acc}: {node.dtype}"]
         iters = ", ".join(f'"{i}"' for i in iterators)
         self.lines += [
             f"    {result} = linalg.generic {{indexing_maps = [{', '.join(maps)}], "
-            f"iterator_types = [{iters}]}} ins({names} : {types}) outs({init} : {ty}) {{",
+            f"iterator_types = [{iters}]}}{operands} outs({init} : {ty}) {{",
             f"    ^bb0({', '.join(bb_args)}):",
             *(f"      {line}" for line in body.lines),
             f"      linalg.yield {r} : {node.dtype}",
@@ -194,10 +284,15 @@ class Printer:
         maps = [_affine_map(rank, m) for m in node.attrs["maps"]]
         maps.append(_affine_map(rank, range(rank)))
 
+        scalar = node.attrs.get("src", node.dtype)  # python numbers: constants of the operands'
+        types = [a.dtype if isinstance(a, Tensor) else scalar for a in node.args]
+
         def payload(body: _Body, block: list[str], acc: str) -> str:
             it = iter(block)
-            operands = [next(it) if isinstance(a, Tensor) else body.const(a) for a in node.args]
-            return body.compute(node.attrs["fn"], operands, node.attrs)
+            operands = [
+                next(it) if isinstance(a, Tensor) else body.const(a, scalar) for a in node.args
+            ]
+            return body.compute(node.attrs["fn"], operands, node.attrs, types)
 
         init = self._init(node, None)
         return self._generic(node, ins, maps, ["parallel"] * rank, init, payload)

@@ -14,9 +14,11 @@ Calling convention of the imported function (``ImportedGraph.inputs``):
   the module's own, not copies). They are arguments, never constants in the module.
   Parameters and buffers that the graph does not read are left out.
 
-Static shapes only; float32, float16 and bfloat16 tensors. An ATen op without a rule here
-raises :class:`UnsupportedOpError` (an ``OpfuseError``) naming the op and the module path
-where the model calls it.
+Static shapes only. Arguments are float32, float16, bfloat16 or bool tensors (a bool
+argument is passed as int8 0/1: the builder's i8 booleans); inside the graph, the bool and
+int64 tensors that masks are built from (comparisons, ``arange``) are i8 and i64 values.
+An ATen op without a rule here raises :class:`UnsupportedOpError` (an ``OpfuseError``)
+naming the op and the module path where the model calls it.
 
 torch is imported lazily: ``import opfuse`` works without it.
 
@@ -38,7 +40,7 @@ import numpy as np
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 from .builder import Graph, Tensor
 from .torch_aten import IGNORED, RULES
-from .torch_aten_rule import DTYPES
+from .torch_aten_rule import DTYPES, INPUT_DTYPES
 from .torch_decompositions import decomposition_table
 from .torch_graph import TorchGraph
 
@@ -66,7 +68,7 @@ class GraphInput:
         kind: ``user``, ``parameter``, ``buffer`` or ``constant``.
         target: The parameter/buffer/constant's fully qualified name; None for user inputs.
         shape: Static shape.
-        dtype: ``f32``, ``f16`` or ``bf16``.
+        dtype: ``f32``, ``f16``, ``bf16`` or ``i8`` (a bool tensor, passed as int8).
     """
 
     name: str
@@ -333,9 +335,9 @@ def _tensor_meta(node: Any, what: str) -> tuple[tuple[int, ...], str]:
     val = node.meta.get("val")
     if not hasattr(val, "shape") or not hasattr(val, "dtype"):
         raise OpfuseError(f"{what} is a {type(val).__name__}: only tensors")
-    dtype = DTYPES.get(str(val.dtype))
-    if dtype is None:
-        raise OpfuseError(f"{what} has dtype {val.dtype}: only float32, float16, bfloat16")
+    if str(val.dtype) not in INPUT_DTYPES:
+        raise OpfuseError(f"{what} has dtype {val.dtype}: only float32, float16, bfloat16, bool")
+    dtype = DTYPES[str(val.dtype)]
     try:
         shape = tuple(int(d) for d in val.shape)
     except TypeError:
@@ -392,4 +394,6 @@ def _to_numpy(a: Any) -> np.ndarray:
     t = a.detach().cpu()
     if str(t.dtype) == "torch.bfloat16":
         t = t.float()  # numpy has no bf16: the builder keeps bf16 values in float32
+    if str(t.dtype) == "torch.bool":
+        return t.numpy().view(np.int8)  # the builder's booleans are i8 0/1
     return t.numpy()

@@ -2,8 +2,8 @@
 bookkeeping ops are skipped (``IGNORED``).
 
 The rules live in families, one module each: ``torch_aten_pointwise``,
-``torch_aten_reductions``, ``torch_aten_matmul`` and ``torch_aten_views`` (how a rule is
-written: ``torch_aten_rule``). To support an op, add its rule to the family it belongs to;
+``torch_aten_reductions``, ``torch_aten_matmul``, ``torch_aten_views`` and
+``torch_aten_factories`` (how a rule is written: ``torch_aten_rule``). To support an op, add its rule to the family it belongs to;
 an op in neither table stops the import with ``UnsupportedOpError``
 (``opfuse.frontends.torch``).
 """
@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import torch_aten_matmul, torch_aten_pointwise, torch_aten_reductions, torch_aten_views
+from . import (
+    torch_aten_factories,
+    torch_aten_matmul,
+    torch_aten_pointwise,
+    torch_aten_reductions,
+    torch_aten_views,
+)
 from .torch_aten_rule import Rule
 
 # Export bookkeeping nodes that compute nothing (runtime checks of static facts).
@@ -34,4 +40,10 @@ def _merged(*families: ModuleType) -> dict[str, Rule]:
     return table
 
 
-RULES = _merged(torch_aten_pointwise, torch_aten_reductions, torch_aten_matmul, torch_aten_views)
+RULES = _merged(
+    torch_aten_pointwise,
+    torch_aten_reductions,
+    torch_aten_matmul,
+    torch_aten_views,
+    torch_aten_factories,
+)

@@ -3,7 +3,11 @@
 
 ``linear``, ``matmul`` and attention arrive whole (``torch_decompositions.PRESERVED``) and
 are written as the hand-made graphs write them (``opfuse.frontends.graphs``), so they fuse
-the same. How rules are written: ``torch_aten_rule``.
+the same. Attention masks apply to the scaled scores before the softmax: a float mask is
+added, a boolean mask keeps the scores where it is true (``where(mask, s, -inf)``), and
+``is_causal=True`` keeps row i's columns j <= i, compared from two ``iota`` of the scores'
+own shape so that the mask fuses into the softmax kernel. How rules are written:
+``torch_aten_rule``.
 """
 
 from __future__ import annotations
@@ -103,8 +107,6 @@ def _sdpa(
     # softmax(Q Kᵀ · scale) V, written like opfuse.frontends.graphs._attention (G5, G6)
     if dropout_p:
         raise imp.unsupported(f"dropout_p={dropout_p} (call model.eval())")
-    if is_causal:
-        raise imp.unsupported("is_causal=True (the builder has no iota/select to build the mask)")
     if k.shape[:-2] != q.shape[:-2]:
         raise imp.unsupported(f"key batch/heads {k.shape[:-2]} != query's {q.shape[:-2]}")
     g, n = imp.g, imp.name
@@ -112,6 +114,12 @@ def _sdpa(
     scores = _matmul_nd(g, q, g.transpose(k, perm, name=f"{n}.k_t"), f"{n}.qk")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = g.mul(scores, scale, name=f"{n}.scale")
-    if attn_mask is not None:  # an additive float mask (bool masks stop at their producer)
+    if is_causal:  # torch's tril(ones(L, S)): row i attends to columns 0..i
+        rows = g.iota(scores.shape, -2, dtype="i64", name=f"{n}.rows")
+        cols = g.iota(scores.shape, -1, dtype="i64", name=f"{n}.cols")
+        attn_mask = g.ge(rows, cols, name=f"{n}.causal")
+    if attn_mask is not None and attn_mask.dtype == "i8":  # True: take part in attention
+        scores = g.where(attn_mask, scores, -math.inf, name=f"{n}.mask")
+    elif attn_mask is not None:  # an additive float mask
         scores = g.add(scores, attn_mask, name=f"{n}.mask")
     return _matmul_nd(g, g.softmax(scores, -1, name=f"{n}.softmax"), v, n)

@@ -1,8 +1,13 @@
-"""ATen rules for pointwise ops: arithmetic, activations, clamps, and the ops that only copy.
+"""ATen rules for pointwise ops: arithmetic, activations, clamps, comparisons, selection,
+boolean logic, casts, and the ops that only copy.
 
 Each becomes a builder elementwise op or a short chain of them (``abs`` is ``max(x, -x)``,
-``clamp`` a ``maximum`` then a ``minimum``, ``alpha=`` a ``mul``). The copies (``clone``,
-``_to_copy`` without a cast, eval-mode ``dropout``) become nothing: builder values have no
+``clamp`` a ``maximum`` then a ``minimum``, ``alpha=`` a ``mul``). Tensor operands are first
+cast to the dtype torch computes in (``torch_aten_rule.promote``). Comparisons and the
+logical ops give the builder's i8 booleans; ``where`` and ``masked_fill`` are
+``Graph.where`` (``masked_fill(x, m, v)`` is ``where(m, v, x)``); the bitwise ops take
+booleans only. ``_to_copy`` with a ``dtype=`` is ``Graph.cast``; the copies (``clone``,
+``_to_copy`` without one, eval-mode ``dropout``) become nothing: builder values have no
 memory format. How rules are written: ``torch_aten_rule``.
 """
 
@@ -12,7 +17,14 @@ import functools
 from typing import Any
 
 from .builder import Tensor
-from .torch_aten_rule import Rule, RuleContext, const_dtype, registrar
+from .torch_aten_rule import (
+    Rule,
+    RuleContext,
+    builder_dtype,
+    operand_dtype,
+    promote,
+    registrar,
+)
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)
@@ -29,50 +41,54 @@ def _scaled(imp: RuleContext, y: Any, alpha: Any) -> Any:
 
 @rule("aten.add.Tensor", "aten.add.Scalar")
 def _add(imp: RuleContext, x: Any, y: Any, alpha: Any = 1) -> Tensor:
+    x, y = promote(imp, x, y)
     return imp.g.add(x, _scaled(imp, y, alpha), name=imp.name)
 
 
 @rule("aten.sub.Tensor", "aten.sub.Scalar")
 def _sub(imp: RuleContext, x: Any, y: Any, alpha: Any = 1) -> Tensor:
+    x, y = promote(imp, x, y)
     return imp.g.sub(x, _scaled(imp, y, alpha), name=imp.name)
 
 
 @rule("aten.rsub.Tensor", "aten.rsub.Scalar")
 def _rsub(imp: RuleContext, x: Any, y: Any, alpha: Any = 1) -> Tensor:
+    x, y = promote(imp, x, y)
     return imp.g.sub(y, _scaled(imp, x, alpha), name=imp.name)
 
 
 @rule("aten.mul.Tensor", "aten.mul.Scalar")
 def _mul(imp: RuleContext, x: Any, y: Any) -> Tensor:
-    return imp.g.mul(x, y, name=imp.name)
+    return imp.g.mul(*promote(imp, x, y), name=imp.name)
 
 
 @rule("aten.div.Tensor", "aten.div.Scalar")
 def _div(imp: RuleContext, x: Any, y: Any) -> Tensor:
-    return imp.g.div(x, y, name=imp.name)
+    return imp.g.div(*promote(imp, x, y), name=imp.name)
 
 
 @rule("aten.div.Tensor_mode", "aten.div.Scalar_mode")
 def _div_mode(imp: RuleContext, x: Any, y: Any, *, rounding_mode: str | None = None) -> Tensor:
     if rounding_mode is not None:
         raise imp.unsupported(f"rounding_mode={rounding_mode!r}")
-    return imp.g.div(x, y, name=imp.name)
+    return imp.g.div(*promote(imp, x, y), name=imp.name)
 
 
 @rule("aten.maximum.default")
 def _maximum(imp: RuleContext, x: Tensor, y: Tensor) -> Tensor:
-    return imp.g.maximum(x, y, name=imp.name)
+    return imp.g.maximum(*promote(imp, x, y), name=imp.name)
 
 
 @rule("aten.minimum.default")
 def _minimum(imp: RuleContext, x: Tensor, y: Tensor) -> Tensor:
-    return imp.g.minimum(x, y, name=imp.name)
+    return imp.g.minimum(*promote(imp, x, y), name=imp.name)
 
 
 @rule("aten.clamp.default", "aten.clamp_min.default")
 def _clamp(imp: RuleContext, x: Tensor, min: Any = None, max: Any = None) -> Tensor:
     if isinstance(min, Tensor) or isinstance(max, Tensor):
         raise imp.unsupported("tensor bounds")
+    (x,) = promote(imp, x)
     y = x
     if min is not None:
         y = imp.g.maximum(y, min, name=imp.name if max is None else f"{imp.name}.min")
@@ -105,6 +121,7 @@ _UNARY = {
 
 
 def _unary(fn: str, imp: RuleContext, x: Tensor) -> Tensor:
+    (x,) = promote(imp, x)  # exp of an integer tensor is a float
     return getattr(imp.g, fn)(x, name=imp.name)
 
 
@@ -120,14 +137,14 @@ def _abs(imp: RuleContext, x: Tensor) -> Tensor:
 
 @rule("aten.reciprocal.default")
 def _reciprocal(imp: RuleContext, x: Tensor) -> Tensor:
-    return imp.g.div(1.0, x, name=imp.name)
+    return imp.g.div(1.0, *promote(imp, x), name=imp.name)
 
 
 @rule("aten.pow.Tensor_Scalar")
 def _pow(imp: RuleContext, x: Tensor, exponent: Any) -> Tensor:
     if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
         raise imp.unsupported(f"exponent {exponent!r}")
-    return imp.g.pow(x, exponent, name=imp.name)
+    return imp.g.pow(*promote(imp, x), exponent, name=imp.name)
 
 
 @rule("aten.gelu.default")
@@ -142,8 +159,75 @@ def _silu(imp: RuleContext, x: Tensor) -> Tensor:
 
 @rule("aten._to_copy.default")
 def _to_copy(imp: RuleContext, x: Tensor, *, dtype: Any = None, **_: Any) -> Tensor:
-    const_dtype(imp, x, dtype)  # device/layout/memory format do not change values
-    return x
+    # device/layout/memory format do not change values; a dtype does
+    return x if dtype is None else imp.g.cast(x, builder_dtype(imp, dtype), name=imp.name)
+
+
+# ----------------------------------------------------------------- comparisons, selection
+
+
+def _compare(fn: str, imp: RuleContext, x: Any, y: Any) -> Tensor:
+    x, y = promote(imp, x, y, dtype=operand_dtype(imp))  # int_tensor < 0.5 compares floats
+    return getattr(imp.g, fn)(x, y, name=imp.name)
+
+
+for _fn in ("eq", "ne", "lt", "le", "gt", "ge"):
+    rule(f"aten.{_fn}.Tensor", f"aten.{_fn}.Scalar")(functools.partial(_compare, _fn))
+del _fn
+
+
+@rule("aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar")
+def _where(imp: RuleContext, cond: Tensor, x: Any, y: Any) -> Tensor:
+    (cond,) = promote(imp, cond, dtype="i8")
+    x, y = promote(imp, x, y)
+    # two numbers make a tensor of the graph's f32: cast to torch's dtype if that differs
+    (out,) = promote(imp, imp.g.where(cond, x, y, name=imp.name))
+    return out
+
+
+@rule("aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
+def _masked_fill(imp: RuleContext, x: Tensor, mask: Tensor, value: Any) -> Tensor:
+    (value,) = promote(imp, value)
+    return imp.g.where(mask, value, x, name=imp.name)
+
+
+@rule("aten.logical_not.default")
+def _logical_not(imp: RuleContext, x: Tensor) -> Tensor:
+    return imp.g.logical_not(x, name=imp.name)
+
+
+@rule("aten.logical_and.default")
+def _logical_and(imp: RuleContext, x: Tensor, y: Tensor) -> Tensor:
+    return imp.g.logical_and(x, y, name=imp.name)
+
+
+@rule("aten.logical_or.default")
+def _logical_or(imp: RuleContext, x: Tensor, y: Tensor) -> Tensor:
+    return imp.g.logical_or(x, y, name=imp.name)
+
+
+def _booleans(imp: RuleContext, *xs: Any) -> None:
+    """The bitwise ops are the logical ones on booleans; on integers they are not."""
+    if any(not isinstance(x, Tensor) or x.dtype != "i8" for x in xs):
+        raise imp.unsupported("bitwise ops on integers (booleans only)")
+
+
+@rule("aten.bitwise_not.default")
+def _bitwise_not(imp: RuleContext, x: Tensor) -> Tensor:
+    _booleans(imp, x)
+    return imp.g.logical_not(x, name=imp.name)
+
+
+@rule("aten.bitwise_and.Tensor")
+def _bitwise_and(imp: RuleContext, x: Tensor, y: Tensor) -> Tensor:
+    _booleans(imp, x, y)
+    return imp.g.logical_and(x, y, name=imp.name)
+
+
+@rule("aten.bitwise_or.Tensor")
+def _bitwise_or(imp: RuleContext, x: Tensor, y: Tensor) -> Tensor:
+    _booleans(imp, x, y)
+    return imp.g.logical_or(x, y, name=imp.name)
 
 
 @rule(

@@ -13,10 +13,17 @@ import math
 from typing import Any, Sequence
 
 from .builder import Tensor
-from .torch_aten_rule import Rule, RuleContext, const_dtype, registrar
+from .torch_aten_rule import Rule, RuleContext, registrar, with_dtype
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)
+
+
+def _floats(imp: RuleContext, x: Tensor) -> Tensor:
+    """Reductions are on floats: a sum of booleans (a count) has no rule yet."""
+    if x.dtype not in ("f32", "f16", "bf16"):
+        raise imp.unsupported(f"a reduction of {x.dtype} values (booleans or integers)")
+    return x
 
 
 def _dims(dim: Any) -> Any:
@@ -35,7 +42,7 @@ def _sum_or_mean(
     *,
     dtype: Any = None,
 ) -> Tensor:
-    const_dtype(imp, x, dtype)
+    x = with_dtype(imp, _floats(imp, x) if dtype is None else x, dtype)
     return getattr(imp.g, fn)(x, _dims(dim), keepdim, name=imp.name)
 
 
@@ -46,7 +53,7 @@ rule("aten.mean.dim", "aten.mean.default")(functools.partial(_sum_or_mean, "mean
 
 @rule("aten.amax.default")
 def _amax(imp: RuleContext, x: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
-    return imp.g.max(x, _dims(dim), keepdim, name=imp.name)
+    return imp.g.max(_floats(imp, x), _dims(dim), keepdim, name=imp.name)
 
 
 @rule("aten.var.correction")
@@ -64,25 +71,27 @@ def _var(
     return g.mul(s, 1.0 / (count - ddof), name=n)
 
 
+def _to_float(imp: RuleContext, x: Tensor, half_to_float: bool) -> Tensor:
+    """``x`` in f32 if ``half_to_float`` (softmax of a half tensor computed and returned in f32)."""
+    return imp.g.cast(x, "f32", name=f"{imp.name}.cast") if half_to_float else x
+
+
 @rule("aten._softmax.default")
 def _softmax(imp: RuleContext, x: Tensor, dim: int, half_to_float: bool = False) -> Tensor:
-    if half_to_float:
-        raise imp.unsupported("half_to_float=True (no cast op)")
-    return imp.g.softmax(x, dim, name=imp.name)
+    return imp.g.softmax(_to_float(imp, x, half_to_float), dim, name=imp.name)
 
 
 @rule("aten._safe_softmax.default", "aten.softmax.int")
 def _safe_softmax(imp: RuleContext, x: Tensor, dim: int, dtype: Any = None) -> Tensor:
     # _safe_softmax gives 0 instead of NaN on a row that is all -inf (a fully masked
-    # attention row); with no masks such rows do not occur, and softmax is what G5/G6 use.
-    const_dtype(imp, x, dtype)
-    return imp.g.softmax(x, dim, name=imp.name)
+    # attention row); causal masks never mask a whole row, and softmax is what G5/G6 use.
+    # (A mask that does gives a NaN row here.)
+    return imp.g.softmax(with_dtype(imp, x, dtype), dim, name=imp.name)
 
 
 @rule("aten._log_softmax.default")
 def _log_softmax(imp: RuleContext, x: Tensor, dim: int, half_to_float: bool = False) -> Tensor:
-    if half_to_float:
-        raise imp.unsupported("half_to_float=True (no cast op)")
+    x = _to_float(imp, x, half_to_float)
     g, n = imp.g, imp.name
     s = g.sub(x, g.max(x, dim, keepdims=True, name=f"{n}.max"), name=f"{n}.sub")
     total = g.sum(g.exp(s, name=f"{n}.exp"), dim, keepdims=True, name=f"{n}.sum")

@@ -12,7 +12,8 @@ Kept whole (see ``PRESERVED``), each one imported as:
 
 * ``aten.linear``: ``x @ transpose(W) + b`` on 2-D operands (leading dims folded).
 * ``aten.matmul``: ``Graph.matmul`` (2-D, 3-D, 4-D; batch dims broadcast/folded).
-* ``aten.scaled_dot_product_attention``: ``softmax(Q Kᵀ · scale) V``, as G5/G6 write it.
+* ``aten.scaled_dot_product_attention``: ``softmax(Q Kᵀ · scale) V``, as G5/G6 write it
+  (a mask, or ``is_causal``'s, applied to the scaled scores).
 * ``aten._safe_softmax``: ``Graph.softmax`` (differs only on rows that are all -inf).
 * ``aten.rms_norm``: ``Graph.rms_norm``; ``aten.silu``: ``Graph.silu``.
 
