@@ -40,7 +40,11 @@ from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 
 WARP = 32
 
-_FLOAT = {"f64": np.float64, "f32": np.float32, "f16": np.float16}
+# bf16 values compute as float32 holding bf16-representable values (rounded to nearest
+# even wherever the IR produces a bf16 value) and live in memory as their 16 bits, as the
+# host passes them (np.uint16: the runtime's dtype table).
+_FLOAT = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.float32}
+_BF16_BITS = np.dtype(np.uint16)
 _INT = {
     "i64": np.int64,
     "i32": np.int32,
@@ -88,7 +92,9 @@ class _Launch:
         ]
         self.lane_base = g - (t % WARP)  # flat index of lane 0 of the thread's warp
         self.lane = t % WARP
-        self.shared = [np.zeros((nb, m.shape[0]), dtype=_np_type(m.element_type)) for m in shared]
+        self.shared = [
+            np.zeros((nb, m.shape[0]), dtype=_storage_type(m.element_type)) for m in shared
+        ]
         self.races = _RaceCheck(self, [str(m) for m in shared]) if racecheck and shared else None
 
     def where(self, g: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -445,8 +451,9 @@ class Emulator:
             raise OpfuseError(f"emulator: unsupported op {name}")
         vals = [np.asarray(get(v)) for v in op.operands]
         out = fn(op, *vals)
-        res_t = _np_type(_elem(op.results[0].type))
-        env[op.results[0]] = np.asarray(out).astype(res_t, copy=False)
+        elem = _elem(op.results[0].type)
+        out = np.asarray(out).astype(_np_type(elem), copy=False)
+        env[op.results[0]] = _round_bf16(out) if isinstance(elem, ir.BF16Type) else out
 
     def _mem(self, mem, L: _Launch):
         kind, ref = mem
@@ -455,6 +462,13 @@ class Emulator:
         return L.shared[ref], L.block_linear
 
     def _load(
+        self, mem, idx: np.ndarray, mask: np.ndarray, L: _Launch, lanes: int, op: str
+    ) -> np.ndarray:
+        arr = self._mem(mem, L)[0]
+        out = self._load_raw(mem, idx, mask, L, lanes, op)
+        return _from_bf16_bits(out) if arr.dtype == _BF16_BITS else out
+
+    def _load_raw(
         self, mem, idx: np.ndarray, mask: np.ndarray, L: _Launch, lanes: int, op: str
     ) -> np.ndarray:
         arr, rows = self._mem(mem, L)
@@ -491,6 +505,8 @@ class Emulator:
         if rows is not None:
             self._track(mem, idx[:, None] + np.arange(lanes), mask, L, op, write=True)
         val = np.asarray(val)
+        if arr.dtype == _BF16_BITS:
+            val = _to_bf16_bits(val)
         if lanes > 1:
             v = np.broadcast_to(val, (L.n, lanes))[sel]
             pos = idx[sel][:, None] + np.arange(lanes)
@@ -725,6 +741,37 @@ def _f(fn):
     return wrap
 
 
+def _storage_type(t: ir.Type):
+    """The numpy type of memory holding ``t`` values (bf16: its bits)."""
+    return _BF16_BITS if isinstance(t, ir.BF16Type) else _np_type(t)
+
+
+def _round_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bf16 (ties to even), as float32; NaN stays."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return np.where(np.isnan(x), x, rounded.view(np.float32)).astype(np.float32)
+
+
+def _from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    return (_round_bf16(x).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _select(op, c, a, b):
+    """``arith.select``: a vector condition picks lane by lane; a scalar (per-thread) one
+    picks whole vectors. Per-thread values are (threads,) or (threads, lanes) arrays,
+    constants () or (lanes,): the op's types say which case this is, not the shapes."""
+    c = np.asarray(c)
+    scalar_cond = not isinstance(op.operands[0].type, ir.VectorType)
+    if scalar_cond and isinstance(op.results[0].type, ir.VectorType) and c.ndim == 1:
+        c = c[:, None]
+    return np.where(c, a, b)
+
+
 def _cast(op, x):
     return x.astype(_np_type(_elem(op.results[0].type)))
 
@@ -756,9 +803,7 @@ _PURE = {
     "arith.shrsi": _f(np.right_shift),
     "arith.cmpi": _cmpi,
     "arith.cmpf": _cmpf,
-    "arith.select": _f(
-        lambda c, a, b: np.where(c if c.ndim == 0 or c.ndim == np.ndim(a) else c[:, None], a, b)
-    ),
+    "arith.select": _select,
     "arith.addf": _f(np.add),
     "arith.subf": _f(np.subtract),
     "arith.mulf": _f(np.multiply),

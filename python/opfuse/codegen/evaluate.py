@@ -341,10 +341,14 @@ class Evaluator:
             raise Unsupported("tensor.extract_slice with dynamic offsets or sizes")
         offs = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
         strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
-        if len(shape_of(op.results[0].type)) != len(offs):
-            raise Unsupported("rank-reducing tensor.extract_slice")
+        sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+        kept = _kept_dims(sizes, shape_of(op.results[0].type))
         out = []
-        for e, o, st in zip(idx, offs, strides):
+        for d, (o, st) in enumerate(zip(offs, strides)):
+            if kept[d] is None:  # a dropped unit dim (torch's select): its offset
+                out.append(ir.AffineConstantExpr.get(o, self.ctx))
+                continue
+            e = idx[kept[d]]
             e = e * st if st != 1 else e
             out.append(e + o if o else e)
         return tuple(out)
@@ -542,6 +546,26 @@ def _invert(out_map: ir.AffineMap, idx: Index) -> list[ir.AffineExpr]:
     if any(p is None for p in point):
         raise Unsupported("an output indexing map that does not cover every loop")
     return point
+
+
+def _kept_dims(sizes: Sequence[int], result: Sequence[int]) -> list[int | None]:
+    """For each source dim of an extract_slice, the result dim it becomes, or None when a
+    rank-reducing slice drops it (a unit size). Greedy from the left, as MLIR matches
+    a rank-reduced result type against the slice sizes."""
+    kept: list[int | None] = []
+    j = 0
+    for d, size in enumerate(sizes):
+        must_keep = len(result) - j >= len(sizes) - d  # as many dims left as result dims
+        if j < len(result) and (size == result[j] and (size != 1 or must_keep)):
+            kept.append(j)
+            j += 1
+        elif size == 1:
+            kept.append(None)
+        else:
+            raise Unsupported(f"tensor.extract_slice sizes {list(sizes)} -> {list(result)}")
+    if j != len(result):
+        raise Unsupported(f"tensor.extract_slice sizes {list(sizes)} -> {list(result)}")
+    return kept
 
 
 def _reassociation(op: ir.Operation) -> list[list[int]]:
