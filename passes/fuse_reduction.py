@@ -56,13 +56,28 @@ def _compatible(p: Group, c: Group, options: Options) -> str | None:
     if p.row_domain is None:
         return "not a row reduction: its consumers need the whole reduction first"
     if _has_reduction(c):
-        if c.domain == p.domain:
-            return None
-        return f"reductions over different domains: {shape_str(p.domain)} vs {shape_str(c.domain)}"
+        if c.domain != p.domain:
+            return (f"reductions over different domains: {shape_str(p.domain)} vs "
+                    f"{shape_str(c.domain)}")
+        if c.row_domain != p.row_domain:
+            # one row kernel holds one split into rows: a max over every axis and a sum
+            # over the last one would leave no emitter but the sequential fallback
+            return (f"reductions over different rows: {_rows(p)} vs {_rows(c)} "
+                    "of one domain")
+        return None
     if c.domain in (p.domain, p.row_domain):
         return None
     return (f"consumer iterates over {shape_str(c.domain)}, not over the rows "
             f"{shape_str(p.domain)} or their results {shape_str(p.row_domain)}")
+
+
+def _rows(g: Group) -> str:
+    """How a reduction group splits its domain: kept dims, then reduced dims."""
+    if g.row_domain is None:
+        return f"{shape_str(g.domain)} (not a row reduction)"
+    if not g.row_domain:
+        return f"one row of {shape_str(g.domain)}"
+    return f"rows {shape_str(g.row_domain)} of {shape_str(g.domain[len(g.row_domain):])}"
 
 
 def _glue_chain(planner: Planner, p: Group, c: Group) -> list[Group]:
