@@ -1,6 +1,7 @@
 """The shared-memory matmul emitter, emulated: staging layouts, tails, prologues, f16.
 
-Each case is compiled fused (matmul + epilogue, producers staged through the evaluator)
+Each case is compiled fused (matmul + epilogue, producers staged through the evaluator;
+results that leave transposed are stored through the permutation)
 and unfused, its kernels run by the emulator (which also checks every shared-memory
 access between barriers for races), and compared with the builder's numpy reference.
 The shapes pick the emitter's branches: K not a multiple of the 16-wide slab (zeros
@@ -53,7 +54,19 @@ def prologue(g):  # an elementwise producer of A, staged once per element and bl
     g.output(g.matmul(g.relu(x), w))
 
 
+def transposed_output(g):  # the matmul's result leaves transposed: stores to (n, m)
+    x, w, b = g.input("x", (66, 40)), g.input("w", (40, 36)), g.input("b", (36,))
+    g.output(g.transpose(g.relu(g.matmul(x, w) + b), (1, 0)))
+
+
+def heads_merged(g):  # P V per head, then heads next to the sequence: (17, 3, 8)
+    p, v = g.input("p", (3, 17, 20)), g.input("v", (3, 20, 8))
+    g.output(g.transpose(g.matmul(p, v), (1, 0, 2)))
+
+
 CASES = [
+    transposed_output,
+    heads_merged,
     linear_vector_k_tail,
     transposed_a,
     scores_k_contiguous,

@@ -35,9 +35,19 @@ from mlir.dialects import arith, gpu, memref, vector
 
 from .. import config
 from ..errors import OpfuseError
-from .evaluate import Evaluator, Val, generic_domain, iterators_of, maps_of, n_inputs
+from .evaluate import (
+    Evaluator,
+    Val,
+    _invert,
+    compose,
+    generic_domain,
+    iterators_of,
+    maps_of,
+    n_inputs,
+    op_of,
+)
 from .group import Group, require
-from .kernel import KernelBuilder, Shared, delinearize, element_bytes, numel, shape_of
+from .kernel import KernelBuilder, Shared, Unsupported, delinearize, element_bytes, numel, shape_of
 from .lanes import Kind, analyze
 
 THREADS = (16, 16)
@@ -136,8 +146,14 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     dom = loops.dom
     M, N, K = dom[loops.m], dom[loops.n], dom[loops.k]
     c_shape = shape_of(op.results[0].type)
+    # each output's dims as a permutation of C's: identity, or a transposed result
+    placements = {o.index: _placement(o.value, op.results[0], len(c_shape)) for o in group.outputs}
     for o in group.outputs:
-        require(o.shape == c_shape, f"an output of shape {o.shape}, the contraction is {c_shape}")
+        require(
+            placements[o.index] is not None,
+            f"an output of shape {o.shape} that is not a permutation of the contraction's "
+            f"{c_shape}",
+        )
     a_type = ir.ShapedType(op.operands[0].type).element_type
     b_type = ir.ShapedType(op.operands[1].type).element_type
     lanes = TILE_N if N % TILE_N == 0 else 1
@@ -238,16 +254,65 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         ev.preset(op.results[0], c_points[i], Val(finals[i], lanes == 1))
     for o in group.outputs:
         leaf = group.output_leaf(o, group.result_param(kb.params, o.index))
+        place = placements[o.index]
         for i in range(tm):
-            val = ev.value(o.value, c_points[i])
+            at = tuple(c_points[i][k] for k in place)  # the output index of this C point
+            val = ev.value(o.value, at)
             pred = _and(kb, row_ok[i], col_ok)
             if pred is None:
-                ev.store(leaf, c_points[i], val)
+                ev.store(leaf, at, val)
             else:
                 with kb.if_(pred):
-                    ev.store(leaf, c_points[i], val)
+                    ev.store(leaf, at, val)
     kb.vector_lanes = lanes
     return kb
+
+
+def _placement(v: ir.Value, c: ir.Value, rank: int) -> list[int] | None:
+    """For output ``v`` of the group: which dim of C each of ``v``'s dims is, when ``v`` is
+    C seen through elementwise ops and transposes (``v[i0, i1] = f(C[i1, i0])`` gives
+    ``[1, 0]``); None otherwise. Followed through the first operand that reaches C: if
+    another path reads C elsewhere, the evaluator misses the accumulators and the emitter
+    gives up (Unsupported), so a wrong guess cannot produce a wrong kernel."""
+    ctx = c.context
+    dims = [ir.AffineDimExpr.get(i, ctx) for i in range(len(shape_of(v.type)))]
+    pulled = _pull(v, c, dims)
+    if pulled is None or len(pulled) != rank or len(dims) != rank:
+        return None
+    where = {}
+    for k, e in enumerate(pulled):
+        e = e.maybe_downcast()
+        if not isinstance(e, ir.AffineDimExpr) or e.position in where:
+            return None
+        where[e.position] = k
+    return [where[d] for d in range(rank)]
+
+
+def _pull(v: ir.Value, c: ir.Value, idx: list) -> list | None:
+    """C's index read when ``v`` is read at ``idx``, through pointwise generics."""
+    if v == c:
+        return idx
+    op = op_of(v)
+    if op is None or op.name != "linalg.generic" or "reduction" in iterators_of(op):
+        return None
+    maps = maps_of(op)
+    n_in = n_inputs(op)
+    try:
+        point = _invert(maps[n_in + ir.OpResult(v).result_number], idx)
+    except Unsupported:
+        return None
+    n = max((e.position for e in _dims_of(idx)), default=-1) + 1
+    for j in range(n_in):
+        operand = op.operands[j]
+        if isinstance(operand.type, ir.ShapedType):
+            found = _pull(operand, c, list(compose(maps[j], point, n, c.context)))
+            if found is not None:
+                return found
+    return None
+
+
+def _dims_of(idx: list) -> list:
+    return [e.maybe_downcast() for e in idx if isinstance(e.maybe_downcast(), ir.AffineDimExpr)]
 
 
 @dataclass(frozen=True)
