@@ -1,24 +1,31 @@
 """opfuse-fuse-producer-consumer: injective and broadcast ops join the kernels around them.
 
-Transposes, reshapes, slices and broadcasts only move data, so the kernel that consumes
-their result can read their input directly. Three steps, in this order:
+Transposes, reshapes, slices, concats and broadcasts only move data, so the kernel that
+consumes their result can read their input directly. Four steps, in this order:
 
 1. A producer read by several consumer groups is duplicated into each of them only when
    the model says recomputation beats the round trip: re-reading the producer's inputs
    once per consumer moves fewer bytes than writing its result and reading it back in
    every consumer (``Q_dup < Q_keep``).
 2. A producer with a single consumer group is merged into it (guarded).
-3. An injective op whose only input comes from one group is merged into that group when
-   it is that group's only reader (a reshape of a kernel's result is done in the kernel).
+3. An injective op other than a concat is merged into the group that computes its input
+   when it is that group's only reader (a reshape of a kernel's result is done in the
+   kernel; a concat would add its other inputs to, say, a matmul kernel's reads).
+4. A loop group whose results are read only by injective ops of one loop group joins it
+   (``neg`` into the ``cat`` of RoPE's ``rotate_half``, an ``exp`` into the slice of it
+   that is used): the kernel computes each element where the injective op reads it, so
+   nothing is recomputed, and the intermediate never goes to memory. Consumers first, so
+   that a chain of such producers joins one after the other.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from mlir import ir
 
-from opfuse.analysis.graph import GROUP_ATTR, FuncGraph, functions, value_bytes
+from opfuse.analysis.graph import GROUP_ATTR, FuncGraph, Node, functions, value_bytes
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import OpKind, forget
 from opfuse.report import ledger
@@ -129,7 +136,7 @@ def _merge(planner: Planner) -> None:
                 considered.add((p.gid, c.gid))
                 planner.try_merge(p, c, why="merge into consumer")
             continue
-        if consumers or node.kind != OpKind.INJECTIVE:
+        if consumers or node.kind != OpKind.INJECTIVE or node.op.name == "tensor.concat":
             continue
         # an injective op at the end of the graph: fold it into its only producer group
         producers = planner.producer_groups(p)
@@ -138,3 +145,34 @@ def _merge(planner: Planner) -> None:
             if planner.consumer_groups(q) == [p] and (q.gid, p.gid) not in considered:
                 considered.add((q.gid, p.gid))
                 planner.try_merge(q, p, why="merge into producer")
+    _merge_into_injective_readers(planner)
+
+
+def _merge_into_injective_readers(planner: Planner) -> None:
+    """Step 4 (module docstring), from the last group to the first."""
+    graph = planner.graph
+    seen: set[int] = set()
+    for node in reversed(graph.nodes):
+        p = planner.group(node.index)
+        if p.gid in seen or not p.is_loop or not p.outputs:
+            continue
+        seen.add(p.gid)
+        consumers = planner.consumer_groups(p)
+        if len(consumers) != 1 or not consumers[0].is_loop:
+            continue
+        c = consumers[0]
+        if any(v in graph.returned for v in p.outputs):
+            continue  # a result of p's size next to c's: not one loop kernel
+        points = math.prod(c.domain)
+        readers = {r for v in p.outputs for r in graph.readers(v)}
+        if all(_reads_once(graph.nodes[r], points) for r in readers):
+            planner.try_merge(p, c, why="merge into injective reader")
+
+
+def _reads_once(node: Node, points: int) -> bool:
+    """An injective op whose result has one element per point of its kernel: it reads each
+    element of its input at most once per kernel."""
+    if node.kind != OpKind.INJECTIVE or len(node.results) != 1:
+        return False
+    t = node.results[0].type
+    return isinstance(t, ir.ShapedType) and t.has_static_shape and math.prod(t.shape) == points

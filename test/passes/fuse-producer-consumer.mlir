@@ -59,3 +59,65 @@ func.func @reshape_after_matmul(%a: tensor<16x32xf32>, %b: tensor<32x64xf32>) ->
   %r = tensor.expand_shape %m [[0], [1, 2]] output_shape [16, 8, 8] : tensor<16x64xf32> into tensor<16x8x8xf32> loc("r")
   return %r : tensor<16x8x8xf32>
 }
+
+// -----
+
+// RoPE's rotate_half, cat(-x[..., 4:], x[..., :4]) * sin: the slices join their readers,
+// the concat its consumer, then the neg (an elementwise producer that only the concat
+// reads) joins the concat's group: one loop kernel that computes each negated element
+// where the concat reads it.
+// CHECK-LABEL: func.func @rotate_half
+// CHECK: tensor.extract_slice
+// CHECK-SAME: opfuse.group = 0
+// CHECK: linalg.negf
+// CHECK-SAME: opfuse.group = 0
+// CHECK: tensor.extract_slice
+// CHECK-SAME: opfuse.group = 0
+// CHECK: tensor.concat
+// CHECK-SAME: opfuse.group = 0
+// CHECK: linalg.mul
+// CHECK-SAME: opfuse.group = 0 : i64, opfuse.kind = "loop"
+// REMARK: remark: [opfuse-fuse-producer-consumer] fused: cat -> mul: saving 0.36 > delta 0.10
+// REMARK: remark: [opfuse-fuse-producer-consumer] fused: neg -> cat: saving 0.40 > delta 0.10
+func.func @rotate_half(%x: tensor<2x16x8xf32>, %sin: tensor<2x16x8xf32>) -> tensor<2x16x8xf32> {
+  %hi = tensor.extract_slice %x[0, 0, 4] [2, 16, 4] [1, 1, 1] : tensor<2x16x8xf32> to tensor<2x16x4xf32> loc("hi")
+  %eh = tensor.empty() : tensor<2x16x4xf32>
+  %neg = linalg.negf ins(%hi : tensor<2x16x4xf32>) outs(%eh : tensor<2x16x4xf32>) -> tensor<2x16x4xf32> loc("neg")
+  %lo = tensor.extract_slice %x[0, 0, 0] [2, 16, 4] [1, 1, 1] : tensor<2x16x8xf32> to tensor<2x16x4xf32> loc("lo")
+  %rot = tensor.concat dim(2) %neg, %lo : (tensor<2x16x4xf32>, tensor<2x16x4xf32>) -> tensor<2x16x8xf32> loc("cat")
+  %e = tensor.empty() : tensor<2x16x8xf32>
+  %y = linalg.mul ins(%rot, %sin : tensor<2x16x8xf32>, tensor<2x16x8xf32>) outs(%e : tensor<2x16x8xf32>) -> tensor<2x16x8xf32> loc("mul")
+  return %y : tensor<2x16x8xf32>
+}
+
+// -----
+
+// A producer that is also a result keeps its own kernel: its 2x8 result next to the
+// concat's 5x8 would not be one loop kernel.
+// CHECK-LABEL: func.func @returned_producer_of_concat
+// CHECK: linalg.exp
+// CHECK-NOT: opfuse.group
+// CHECK: return
+func.func @returned_producer_of_concat(%x: tensor<2x8xf32>, %y: tensor<3x8xf32>) -> (tensor<2x8xf32>, tensor<5x8xf32>) {
+  %ex = tensor.empty() : tensor<2x8xf32>
+  %exp = linalg.exp ins(%x : tensor<2x8xf32>) outs(%ex : tensor<2x8xf32>) -> tensor<2x8xf32> loc("exp")
+  %c = tensor.concat dim(0) %exp, %y : (tensor<2x8xf32>, tensor<3x8xf32>) -> tensor<5x8xf32> loc("cat")
+  return %exp, %c : tensor<2x8xf32>, tensor<5x8xf32>
+}
+
+// -----
+
+// A concat of a matmul's result, returned, is not folded into the matmul's kernel (as a
+// reshape would be): the matmul emitter writes tiles of the product, not of the concat.
+// CHECK-LABEL: func.func @concat_after_matmul
+// CHECK: linalg.matmul
+// CHECK-NOT: opfuse.group
+// CHECK: return
+func.func @concat_after_matmul(%a: tensor<3x4xf32>, %b: tensor<4x8xf32>, %y: tensor<2x8xf32>) -> tensor<5x8xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<3x8xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<3x8xf32>) -> tensor<3x8xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<3x4xf32>, tensor<4x8xf32>) outs(%f : tensor<3x8xf32>) -> tensor<3x8xf32> loc("mm")
+  %c = tensor.concat dim(0) %m, %y : (tensor<3x8xf32>, tensor<2x8xf32>) -> tensor<5x8xf32> loc("cat")
+  return %c : tensor<5x8xf32>
+}

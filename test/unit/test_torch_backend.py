@@ -1,7 +1,8 @@
 """opfuse.torch: ``opfuse.torch.compile`` and ``torch.compile(backend="opfuse")`` against torch
 eager on the CPU backend, the eager fallbacks, the entry point and the seed demo. The
 masked models (causal attention, GPT-2's tril buffer, ``torch.where``, ``arange``, bool
-inputs and results: ``torch_models.MASKS``) must compile with no fallback.
+inputs and results: ``torch_models.MASKS``) and the models that concatenate (RoPE, a Llama
+attention block: ``torch_models.CONCAT``) must compile with no fallback.
 
 Numerics: max |opfuse - eager| <= TOL[dtype] * max |eager|, both run on this machine's CPU.
 * f32: 1e-5 (measured worst 1.1e-6, RMSNorm+SwiGLU).
@@ -35,7 +36,14 @@ from opfuse.frontends.torch import UnsupportedOpError  # noqa: E402
 from opfuse.runtime.executable import Executable  # noqa: E402
 from opfuse import torch_backend  # noqa: E402
 from opfuse.torch_backend import opfuse_backend  # noqa: E402
-from torch_models import MASKS, Attention, RMSNormSwiGLU, Softmax, encoder_layer  # noqa: E402
+from torch_models import (  # noqa: E402
+    CONCAT,
+    MASKS,
+    Attention,
+    RMSNormSwiGLU,
+    Softmax,
+    encoder_layer,
+)
 from torch_models import seed_mlp as _seed_mlp  # noqa: E402
 
 
@@ -97,8 +105,8 @@ MASK_MODELS = [
 
 def _make(name: str, dtype: str = "f32") -> tuple[nn.Module, tuple]:
     torch.manual_seed(0)
-    if name in MASKS:
-        factory, inputs = MASKS[name]
+    if name in MASKS or name in CONCAT:
+        factory, inputs = {**MASKS, **CONCAT}[name]
         return factory().eval(), inputs()
     factory, shapes = MODELS[name]
     if dtype != "f32":
@@ -149,7 +157,7 @@ def dynamo(monkeypatch):
 # --------------------------------------------------------------------------- numerics
 
 
-@pytest.mark.parametrize("name", [*MODELS, *MASK_MODELS])
+@pytest.mark.parametrize("name", [*MODELS, *MASK_MODELS, *CONCAT])
 def test_opfuse_torch_compile_matches_eager(name: str):
     model, inputs = _make(name)
     compiled = opfuse.torch.compile(model, inputs, backend="cpu")
@@ -159,7 +167,7 @@ def test_opfuse_torch_compile_matches_eager(name: str):
     assert totals["after"]["kernels"] < totals["before"]["kernels"] or name == "masked_fill_tensor"
 
 
-@pytest.mark.parametrize("name", [*MODELS, *MASK_MODELS])
+@pytest.mark.parametrize("name", [*MODELS, *MASK_MODELS, *CONCAT])
 def test_torch_compile_backend_matches_eager(name: str, dynamo):
     model, inputs = _make(name)
     fast = torch.compile(model, backend="opfuse", options={"backend": "cpu"})

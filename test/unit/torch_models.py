@@ -234,3 +234,100 @@ MASKS: dict[str, tuple[Callable[[], nn.Module], Callable[[], tuple]]] = {
         lambda: (torch.randn(4, 8),),
     ),
 }
+
+
+# --------------------------------------------------------------------------- concatenation
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """Llama's ``rotate_half``: the halves of the last axis swapped, the moved one negated."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Rope(nn.Module):
+    """Rotary position embedding with the tables as inputs: x * cos + rotate_half(x) * sin."""
+
+    def forward(self, x, cos, sin):
+        return x * cos + rotate_half(x) * sin
+
+
+class LlamaRotary(nn.Module):
+    """Hugging Face's ``LlamaRotaryEmbedding``: cos/sin of position x inverse frequency,
+    computed in ``forward`` (an outer product as a matmul, the angles concatenated twice)."""
+
+    def __init__(self, dim: int, base: float = 10000.0):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x, position_ids):
+        inv = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+class LlamaAttention(nn.Module):
+    """Llama's attention block: Q/K/V projections, RoPE on Q and K, grouped-query K/V
+    repeated to every head (``repeat_kv``), causal SDPA, output projection."""
+
+    def __init__(self, d: int = 64, heads: int = 4, kv_heads: int = 2):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, d // heads
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(d, kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+        self.rotary = LlamaRotary(self.head_dim)
+
+    def _repeat_kv(self, x):
+        b, h, t, hd = x.shape
+        n_rep = self.heads // self.kv_heads
+        return x[:, :, None, :, :].expand(b, h, n_rep, t, hd).reshape(b, h * n_rep, t, hd)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        cos, sin = self.rotary(x, torch.arange(t).unsqueeze(0).expand(b, -1))
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        o = F.scaled_dot_product_attention(
+            q, self._repeat_kv(k), self._repeat_kv(v), is_causal=True
+        )
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, d))
+
+
+# name -> (model, inputs): concatenation (aten.cat), each one unsupported before.
+CONCAT: dict[str, tuple[Callable[[], nn.Module], Callable[[], tuple]]] = {
+    "rope": (Rope, lambda: (torch.randn(2, 4, 16, 64), torch.randn(16, 64), torch.randn(16, 64))),
+    "llama_attention": (LlamaAttention, lambda: (torch.randn(2, 16, 64),)),
+    "cat_axes": (
+        # unequal odd sizes, 2 and 3 inputs, along each axis (negative dims too)
+        lambda: module_of(
+            lambda a, b, c, d: (
+                torch.cat([a, b.exp()], 0) * 2,
+                torch.cat([a, c, -a], 1) + 1,
+                torch.cat([d, a * a, d], -1),
+                torch.cat([d.tanh(), -d], dim=-3),
+            )
+        ),
+        lambda: (
+            torch.randn(3, 5, 7),
+            torch.randn(2, 5, 7),
+            torch.randn(3, 1, 7),
+            torch.randn(3, 5, 2),
+        ),
+    ),
+    "cat_promotes_and_stacks": (
+        lambda: module_of(
+            lambda x, y: torch.cat([x.half(), y], -1).sum(-1, keepdim=True)
+            + torch.stack([x, y[..., :4]], dim=1).amax(1)
+            + torch.cat(torch.chunk(y, 3, dim=-1)[::-1], -1)[..., 2:6]
+        ),
+        lambda: (torch.randn(4, 4), torch.randn(4, 9)),
+    ),
+}

@@ -2,8 +2,9 @@
 
 Named linalg ops carry no indexing maps in the Python API, so the function is cloned and
 run through ``linalg-generalize-named-ops`` once; the generalized twin of every op gives the
-maps, iterator types and payload in one form (``generalize``). tensor reshapes and
-slices are described by hand.
+maps, iterator types and payload in one form (``generalize``). tensor reshapes, slices and
+concats are described by hand: injective, over their result's shape, reading every operand
+once (a concat reads as many bytes as it writes).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class OpKind(str, enum.Enum):
 
     ELEMENTWISE = "elementwise"  # all-parallel, computes, reads inputs pointwise (broadcast maps allowed)
     BROADCAST = "broadcast"  # all-parallel copy that replicates its input
-    INJECTIVE = "injective"  # copy that moves elements: transpose, reshape, slice
+    INJECTIVE = "injective"  # copy that moves elements: transpose, reshape, slice, concat
     REDUCTION = "reduction"  # has reduction iterators, not a contraction
     CONTRACTION = "contraction"  # matmul-like: multiply-accumulate over reduction dims
     OPAQUE = "opaque"  # anything else: stays a kernel of its own

@@ -4,10 +4,11 @@ A fused group is a tensor-level function; a kernel computes its outputs one poin
 vector of points) at a time. :class:`Evaluator` turns "the value of tensor ``%t`` at index
 ``(e0, e1, ...)``" into scalar or vector SSA values inside the kernel being built, pulling
 through the producers: a ``linalg.generic`` is evaluated by composing its indexing maps
-with the index and cloning its payload, reshapes and slices compose index expressions,
-function arguments are loads. Index expressions are affine expressions over the kernel's
-index variables (``KernelBuilder.dims``), so layouts (transposes, reshapes, broadcasts)
-never materialize: they become address arithmetic.
+with the index and cloning its payload, reshapes and slices compose index expressions, a
+concat branches to the input the index falls in, function arguments are loads. Index
+expressions are affine expressions over the kernel's index variables
+(``KernelBuilder.dims``), so layouts (transposes, reshapes, broadcasts) never materialize:
+they become address arithmetic.
 
 Each value is computed once per index and scope (memoized), so a producer read twice at
 the same index is computed once; values that do not vary along the thread's vector dim are
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mlir import ir
-from mlir.dialects import memref, vector
+from mlir.dialects import memref, scf, vector
 
 from .kernel import KernelBuilder, Unsupported, delinearize, element_bytes, linearize, shape_of
 from .lanes import Kind, analyze, lane_map
@@ -178,6 +179,15 @@ class Evaluator:
             return self.addresses(op.operands[0], self._slice_source(op, idx), n_dims)
         if op.name == "tensor.reshape":
             return self.addresses(op.operands[0], self._reshape_source(op, idx), n_dims)
+        if op.name == "tensor.concat":  # every input, as if each covered the whole axis
+            axis, starts = _concat_parts(op)
+            found: list = []
+            for operand, start in zip(op.operands, starts):
+                sub = self.addresses(operand, _shifted(idx, axis, start), n_dims)
+                if sub is None:
+                    return None
+                found.extend(sub)
+            return found
         if op.name == "arith.constant":
             return []
         if op.name != "linalg.generic" or "reduction" in iterators_of(op):
@@ -306,6 +316,8 @@ class Evaluator:
             return self.value(op.operands[0], self._slice_source(op, idx))
         if name == "tensor.reshape":
             return self.value(op.operands[0], self._reshape_source(op, idx))
+        if name == "tensor.concat":
+            return self._concat(op, idx)
         if name == "arith.constant":
             attr = op.attributes["value"]
             if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
@@ -352,6 +364,69 @@ class Evaluator:
             e = e * st if st != 1 else e
             out.append(e + o if o else e)
         return tuple(out)
+
+    def _concat(self, op: ir.Operation, idx: Index) -> Val:
+        """The value of the ``tensor.concat`` input whose range along the axis holds ``idx``.
+
+        When all lanes of the thread fall in one input (the axis index is the same in every
+        lane, or runs contiguously from a multiple of V and every boundary is a multiple of
+        V), a chain of ``scf.if`` on the first lane's index picks the input, and each branch
+        reads its own input only, inside its bounds. Otherwise (a boundary inside a vector:
+        ``cat`` of widths 3 and 5 read 4 lanes at a time; a gathered axis) each lane is
+        picked and read on its own, as a scalar.
+        """
+        axis, starts = _concat_parts(op)
+        la = self.lanes_of(idx[axis])
+        whole = la.kind == Kind.CONTIG and la.aligned and all(s % self.lanes == 0 for s in starts)
+        if self.lanes == 1 or la.kind == Kind.INVARIANT or whole:
+            return self._concat_branches(op, axis, starts, idx)
+        kb = self.kb
+        n = len(kb.dims)
+        elems = []
+        for lane in range(self.lanes):
+            # each vector dim replaced by a new index variable, outside the vector dims,
+            # holding the dim's value in this lane: the lane's index, uniform
+            subst = [ir.AffineDimExpr.get(i, self.ctx) for i in range(n)]
+            for d in self.vdim:
+                if d < n:
+                    subst[d] = kb.add_dim(kb.apply(subst[d] + lane))
+            pmap = ir.AffineMap.get(len(kb.dims), 0, subst, self.ctx)
+            lane_idx = tuple(e.compose(pmap).maybe_downcast() for e in idx)
+            val = self.value(op.results[0], lane_idx)
+            if not val.uniform:
+                raise Unsupported("a lane of a tensor.concat that varies across lanes")
+            elems.append(val.ssa)
+        with kb.emitting():
+            return Val(vector.from_elements(self._vt(elems[0].type), elems), False)
+
+    def _concat_branches(self, op: ir.Operation, axis: int, starts: list[int], idx: Index) -> Val:
+        """``scf.if idx[axis] < start[1] {input 0} else if ... else {input n-1}``, decided
+        on the first lane's index (all lanes fall in the same input)."""
+        kb = self.kb
+        uniform = self.lanes == 1 or self.invariant(idx)
+        elem = ir.ShapedType(op.results[0].type).element_type
+        result_type = elem if uniform else self._vt(elem)
+        first = kb.apply(idx[axis])
+
+        def part(i: int) -> ir.Value:
+            val = self.value(op.operands[i], _shifted(idx, axis, starts[i]))
+            if uniform and not val.uniform:
+                raise Unsupported("a tensor.concat input that varies across lanes")
+            return val.ssa if uniform else self.as_vector(val)
+
+        def chain(i: int) -> ir.Value:
+            if i == len(starts) - 1:
+                return part(i)
+            cond = kb.cmp_lt(first, kb.index(starts[i + 1]))
+            with kb.emitting():
+                branch = scf.IfOp(cond, [result_type], has_else=True)
+            with kb.at(ir.InsertionPoint(branch.then_block)):
+                scf.YieldOp([part(i)])
+            with kb.at(ir.InsertionPoint(branch.else_block)):
+                scf.YieldOp([chain(i + 1)])
+            return branch.results[0]
+
+        return Val(chain(0), uniform)
 
     def _generic(self, op: ir.Operation, r: int, idx: Index) -> Val:
         its = iterators_of(op)
@@ -566,6 +641,24 @@ def _kept_dims(sizes: Sequence[int], result: Sequence[int]) -> list[int | None]:
     if j != len(result):
         raise Unsupported(f"tensor.extract_slice sizes {list(sizes)} -> {list(result)}")
     return kept
+
+
+def _concat_parts(op: ir.Operation) -> tuple[int, list[int]]:
+    """The axis of a ``tensor.concat`` and where each input starts along it."""
+    axis = ir.IntegerAttr(op.attributes["dim"]).value
+    starts, at = [], 0
+    for v in op.operands:
+        t = ir.ShapedType(v.type)
+        if not t.has_static_shape:
+            raise Unsupported("tensor.concat with a dynamic shape")
+        starts.append(at)
+        at += t.shape[axis]
+    return axis, starts
+
+
+def _shifted(idx: Index, axis: int, start: int) -> Index:
+    """``idx`` moved back by ``start`` along ``axis``."""
+    return tuple(e - start if k == axis and start else e for k, e in enumerate(idx))
 
 
 def _reassociation(op: ir.Operation) -> list[list[int]]:

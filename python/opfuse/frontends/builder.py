@@ -22,7 +22,7 @@ IR conventions (the fusion passes rely on them):
   shape with 1s; an elementwise consumer drops those axes from its input map
   (``(d0, d1) -> (d0)``). Only an output or a non-elementwise consumer materializes the
   1s with ``tensor.expand_shape``. ``mean`` is ``sum`` then an elementwise multiply by 1/N.
-* f16/bf16: transcendental ops (exp, log, tanh, erf, sqrt, rsqrt, pow, sigmoid) are
+* f16/bf16: transcendental ops (exp, log, tanh, erf, sin, cos, sqrt, rsqrt, pow, sigmoid) are
   computed in f32 inside the body (``arith.extf`` -> math op -> ``arith.truncf``);
   arithmetic (add, mul, ...) stays in the tensor's dtype.
 * ``matmul``: ``linalg.matmul`` (2-D) or ``linalg.batch_matmul`` (3-D; 4-D collapses the two
@@ -32,6 +32,9 @@ IR conventions (the fusion passes rely on them):
   ``linalg.broadcast`` when it only adds leading dims, else a copy ``linalg.generic`` with a
   broadcasting input map. ``reshape``: ``tensor.collapse_shape``/``tensor.expand_shape``
   when it is a pure collapse or expand, else ``tensor.reshape`` with an i64 shape constant.
+  ``concat``: one ``tensor.concat`` however many inputs (the fusion analysis sees a data
+  movement op; the CPU backend bufferizes it to copies into subviews; a GPU kernel reads
+  the one input an index falls in).
 * Composite ops (gelu, silu, softmax, layernorm, rms_norm, mean) are chains of the ops
   above, one generic per step, named ``<scope>.<op>`` (``gelu.tanh``): fusing these chains
   is opfuse's job, so the builder never pre-fuses them.
@@ -99,6 +102,8 @@ _NUMPY: dict[str, Callable[..., np.ndarray]] = {
     "log": np.log,
     "tanh": np.tanh,
     "erf": _np_erf,
+    "sin": np.sin,
+    "cos": np.cos,
     "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "relu": lambda x: np.maximum(x, 0.0),
@@ -216,7 +221,7 @@ class _Node:
     """One op of the graph; its result has the physical ``shape``.
 
     ``op`` is one of: input, ew (elementwise generic), reduce, matmul, batch_matmul,
-    transpose, broadcast, collapse, expand, reshape.
+    transpose, broadcast, concat, collapse, expand, reshape.
     """
 
     op: str
@@ -418,6 +423,14 @@ class Graph:
     def erf(self, x: Tensor, *, name: str | None = None) -> Tensor:
         """Error function (``math.erf``; the CPU lowering needs ``convert-math-to-libm``)."""
         return self._elementwise("erf", (x,), name)
+
+    def sin(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """Sine (radians); RoPE's rotation tables."""
+        return self._elementwise("sin", (x,), name)
+
+    def cos(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """Cosine (radians)."""
+        return self._elementwise("cos", (x,), name)
 
     def sqrt(self, x: Tensor, *, name: str | None = None) -> Tensor:
         """Square root."""
@@ -649,6 +662,38 @@ class Graph:
             op = "reshape"
         node = self._node(op, name, shape, x.dtype, (x,), "reshape", groups=groups)
         return Tensor(self, node, shape)
+
+    def concat(
+        self, tensors: Sequence[Tensor], axis: int = 0, *, name: str | None = None
+    ) -> Tensor:
+        """Join tensors along ``axis`` like ``np.concatenate``: one ``tensor.concat``.
+
+        Args:
+            tensors: One or more tensors of one dtype and rank whose shapes agree except
+                along ``axis`` (a single tensor is returned as it is).
+            axis: The axis to join along; negative counts from the end.
+            name: Location name.
+        """
+        parts = [self._materialize(self._own(t)) for t in tensors]
+        if not parts:
+            raise OpfuseError("concat: needs at least one tensor")
+        dtype = self._same_dtype("concat", parts)
+        rank = parts[0].ndim
+        if rank == 0 or any(t.ndim != rank for t in parts):
+            ranks = sorted({t.ndim for t in parts})
+            raise OpfuseError(f"concat: operands need one rank of at least 1, got ranks {ranks}")
+        if not -rank <= axis < rank:
+            raise OpfuseError(f"concat: axis {axis} out of range for rank {rank}")
+        axis %= rank
+        if len({t.shape[:axis] + t.shape[axis + 1 :] for t in parts}) > 1:
+            shapes = ", ".join(str(t.shape) for t in parts)
+            raise OpfuseError(f"concat: shapes {shapes} differ off axis {axis}")
+        if len(parts) == 1:
+            return parts[0]
+        shape = list(parts[0].shape)
+        shape[axis] = sum(t.shape[axis] for t in parts)
+        node = self._node("concat", name, tuple(shape), dtype, tuple(parts), axis=axis)
+        return Tensor(self, node, node.shape)
 
     # ----------------------------------------------------------------- contractions
 
@@ -1175,4 +1220,6 @@ class Graph:
                 return np.transpose(vals[0], at["perm"])
             if op == "broadcast":
                 return np.broadcast_to(vals[0], node.shape)
+            if op == "concat":
+                return np.concatenate(vals, axis=at["axis"])
             return vals[0].reshape(node.shape)  # collapse, expand, reshape

@@ -16,7 +16,7 @@ _NEG_INF = {"f32": "0xFF800000", "f16": "0xFC00", "bf16": "0xFF80"}
 _POS_INF = {"f32": "0x7F800000", "f16": "0x7C00", "bf16": "0x7F80"}
 _NAN = {"f32": "0x7FC00000", "f16": "0x7E00", "bf16": "0x7FC0"}
 
-_UNARY_MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt")
+_UNARY_MATH = ("exp", "log", "tanh", "erf", "sin", "cos", "sqrt", "rsqrt")
 _BINARY_ARITH = {
     "add": "arith.addf",
     "sub": "arith.subf",
@@ -337,6 +337,13 @@ class Printer:
         return self.emit(
             f"linalg.broadcast ins({self.val(x)} : {_ty(x)}) {outs} dimensions = {dims}", node
         )
+
+    def _concat(self, node: _Node) -> str:
+        names = ", ".join(self.val(t) for t in node.args)
+        types = ", ".join(_ty(t) for t in node.args)
+        out = _tensor_type(node.shape, node.dtype)
+        axis = node.attrs["axis"]
+        return self.emit(f"tensor.concat dim({axis}) {names} : ({types}) -> {out}", node)
 
     def _collapse(self, node: _Node) -> str:
         (x,) = node.args

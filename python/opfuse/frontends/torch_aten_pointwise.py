@@ -113,6 +113,8 @@ _UNARY = {
     "aten.log.default": "log",
     "aten.tanh.default": "tanh",
     "aten.erf.default": "erf",
+    "aten.sin.default": "sin",
+    "aten.cos.default": "cos",
     "aten.sqrt.default": "sqrt",
     "aten.rsqrt.default": "rsqrt",
     "aten.relu.default": "relu",

@@ -1,7 +1,9 @@
-"""ATen rules for data movement: permutes, views, broadcasts, slices, splits, ``repeat``.
+"""ATen rules for data movement: permutes, views, broadcasts, slices, splits, ``cat``,
+``repeat``.
 
-Permutes, views and broadcasts are the builder's ``transpose``, ``reshape`` and
-``broadcast_to``; selects, slices and splits are ``TorchGraph.slice`` (``torch_graph``).
+Permutes, views, broadcasts and ``cat`` are the builder's ``transpose``, ``reshape``,
+``broadcast_to`` and ``concat``; selects, slices and splits are ``TorchGraph.slice``
+(``torch_graph``).
 ``getitem`` picks one result of a multi-result op. How rules are written: ``torch_aten_rule``.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .builder import Graph, Tensor
-from .torch_aten_rule import Rule, RuleContext, registrar
+from .torch_aten_rule import Rule, RuleContext, promote, registrar
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)
@@ -117,6 +119,14 @@ def _unbind(imp: RuleContext, x: Tensor, dim: int = 0) -> list[Tensor]:
         )
         for i in range(x.shape[dim])
     ]
+
+
+@rule("aten.cat.default")
+def _cat(imp: RuleContext, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    # torch promotes mixed dtypes (cat of f16 and f32 is f32); its legacy rule skips 1-D
+    # empty tensors, which static positive shapes never have
+    parts = promote(imp, *tensors)
+    return imp.g.concat(parts, dim, name=imp.name)
 
 
 @rule("getitem")
