@@ -195,7 +195,7 @@ class Evaluator:
         maps = maps_of(op)
         n_in = n_inputs(op)
         try:
-            point = _invert(maps[n_in + result_number(v)], idx)
+            point = loop_point(maps[n_in + result_number(v)], idx)
         except Unsupported:
             return None
         found: list = []
@@ -433,7 +433,7 @@ class Evaluator:
         maps = maps_of(op)
         n_in = n_inputs(op)
         if "reduction" not in its:
-            point = _invert(maps[n_in + r], idx)
+            point = loop_point(maps[n_in + r], idx)
             vals = self.payload(op, point)
             for k, res in enumerate(op.results):
                 if k != r:
@@ -611,7 +611,9 @@ class Evaluator:
         return Val(results[r], uniform)
 
 
-def _invert(out_map: ir.AffineMap, idx: Index) -> list[ir.AffineExpr]:
+def loop_point(out_map: ir.AffineMap, idx: Index) -> list[ir.AffineExpr]:
+    """The loop point of a generic whose result (indexed by ``out_map``, a permutation)
+    is read at ``idx``. Raises Unsupported for any other output map."""
     point: list = [None] * out_map.n_dims
     for t, res in enumerate(out_map.results):
         res = res.maybe_downcast()

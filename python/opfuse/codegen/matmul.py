@@ -38,10 +38,10 @@ from ..errors import OpfuseError
 from .evaluate import (
     Evaluator,
     Val,
-    _invert,
     compose,
     generic_domain,
     iterators_of,
+    loop_point,
     maps_of,
     n_inputs,
     op_of,
@@ -298,7 +298,7 @@ def _pull(v: ir.Value, c: ir.Value, idx: list) -> list | None:
     maps = maps_of(op)
     n_in = n_inputs(op)
     try:
-        point = _invert(maps[n_in + ir.OpResult(v).result_number], idx)
+        point = loop_point(maps[n_in + ir.OpResult(v).result_number], idx)
     except Unsupported:
         return None
     n = max((e.position for e in _dims_of(idx)), default=-1) + 1
