@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from .builder import Graph, Shape, Tensor, _is_int, _Node
+from .builder import Graph, Shape, Tensor
+from .builder_tensor import _is_int, _Node
 
 # -inf, +inf and NaN as the bit patterns of each type: a decimal literal cannot spell them.
 _NEG_INF = {"f32": "0xFF800000", "f16": "0xFC00", "bf16": "0xFF80"}
