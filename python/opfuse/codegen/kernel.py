@@ -274,7 +274,10 @@ func.func @{name}({args}) {{
         with self.emitting():
             return arith.minui(a, b)
 
-    def and_(self, a: ir.Value, b: ir.Value) -> ir.Value:
+    def and_(self, a: ir.Value | None, b: ir.Value | None) -> ir.Value | None:
+        """``a and b``; None stands for "no condition" (a full tile, a whole row)."""
+        if a is None or b is None:
+            return b if a is None else a
         with self.emitting():
             return arith.andi(a, b)
 

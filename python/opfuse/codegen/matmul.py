@@ -258,7 +258,7 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         for i in range(tm):
             at = tuple(c_points[i][k] for k in place)  # the output index of this C point
             val = ev.value(o.value, at)
-            pred = _and(kb, row_ok[i], col_ok)
+            pred = kb.and_(row_ok[i], col_ok)
             if pred is None:
                 ev.store(leaf, at, val)
             else:
@@ -414,14 +414,6 @@ def _index(op, j: int, p: list, kb: KernelBuilder, n_dims: int | None = None) ->
     n = len(kb.dims) if n_dims is None else n_dims
     pmap = ir.AffineMap.get(n, 0, list(p), kb.ctx)
     return tuple(r.compose(pmap).maybe_downcast() for r in maps_of(op)[j].results)
-
-
-def _and(kb: KernelBuilder, a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return kb.and_(a, b)
 
 
 __all__ = ["emit_matmul"]

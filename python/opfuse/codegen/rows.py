@@ -186,7 +186,7 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
 
             def store(idx, ok, accs, o=o, leaf=leaf):
                 val = ev.value(o.value, row_idx + idx)
-                pred = _and(kb, ok, row_ok)
+                pred = kb.and_(ok, row_ok)
                 if pred is None:
                     ev.store(leaf, row_idx + idx, val)
                 else:
@@ -199,7 +199,7 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
             val = ev.value(o.value, row_idx)
             if is_first is None:
                 is_first = kb.cmp_lt(kb.thread_id[0], kb.index(1))
-            with kb.if_(_and(kb, is_first, row_ok)):
+            with kb.if_(kb.and_(is_first, row_ok)):
                 ev.store(leaf, row_idx, val)
     kb.vector_lanes = lanes
     return kb
@@ -246,14 +246,6 @@ class _Chunks:
             return out
 
         return kb.for_(kb.index(0), kb.index(self.count), kb.index(1), init, body)
-
-
-def _and(kb: KernelBuilder, a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return kb.and_(a, b)
 
 
 def _shuffle_type_text(red: Reduction) -> str:
