@@ -64,6 +64,11 @@ def _np_type(t: ir.Type):
     raise OpfuseError(f"emulator: unsupported element type {s}")
 
 
+def _lanes(t: ir.Type) -> int:
+    """Elements a load or store moves: a vector's length, else 1."""
+    return ir.VectorType(t).shape[0] if isinstance(t, ir.VectorType) else 1
+
+
 def _elem(t: ir.Type) -> ir.Type:
     return ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
 
@@ -365,39 +370,17 @@ class Emulator:
             vals = [np.asarray(get(v)) for v in op.operands]
             env[op.results[0]] = _affine(amap.results[0], vals[: amap.n_dims], vals[amap.n_dims :])
             return
-        if name == "memref.load":
-            mem, idx = get(op.operands[0]), get(op.operands[1])
-            env[op.results[0]] = self._load(mem, np.asarray(idx), mask, L, 1, name)
-            return
-        if name == "vector.load":
-            lanes = ir.VectorType(op.results[0].type).shape[0]
+        if name in ("memref.load", "vector.load"):
             mem, idx = get(op.operands[0]), get(op.operands[1])
             _check_alignment(op, op.operands[0], idx, mask, L)
+            lanes = _lanes(op.results[0].type)
             env[op.results[0]] = self._load(mem, np.asarray(idx), mask, L, lanes, name)
             return
-        if name == "memref.store":
-            self._store(
-                get(op.operands[1]),
-                get(op.operands[0]),
-                np.asarray(get(op.operands[2])),
-                mask,
-                L,
-                1,
-                name,
-            )
-            return
-        if name == "vector.store":
-            lanes = ir.VectorType(op.operands[0].type).shape[0]
-            _check_alignment(op, op.operands[1], get(op.operands[2]), mask, L)
-            self._store(
-                get(op.operands[1]),
-                get(op.operands[0]),
-                np.asarray(get(op.operands[2])),
-                mask,
-                L,
-                lanes,
-                name,
-            )
+        if name in ("memref.store", "vector.store"):
+            mem, idx = get(op.operands[1]), get(op.operands[2])
+            _check_alignment(op, op.operands[1], idx, mask, L)
+            lanes = _lanes(op.operands[0].type)
+            self._store(mem, get(op.operands[0]), np.asarray(idx), mask, L, lanes, name)
             return
         if name == "scf.if":
             self._if(op, env, mask, L)

@@ -28,7 +28,9 @@ stay in bounds) and mask its stores; a partial K slab stages zeros past K.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
+from typing import Callable
 
 from mlir import ir
 from mlir.dialects import arith, gpu, memref, vector
@@ -47,7 +49,16 @@ from .evaluate import (
     op_of,
 )
 from .group import Group, require
-from .kernel import KernelBuilder, Shared, Unsupported, delinearize, element_bytes, numel, shape_of
+from .kernel import (
+    KernelBuilder,
+    Shared,
+    Unsupported,
+    delinearize,
+    element_bytes,
+    numel,
+    shape_of,
+    vector_width,
+)
 from .lanes import Kind, analyze
 
 THREADS = (16, 16)
@@ -200,8 +211,10 @@ def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         p[loops.m], p[loops.n], p[loops.k] = m_expr, n_e, k_expr
         return p
 
+    maps = maps_of(op)
+
     def operand_index(j: int, p: list) -> tuple:
-        return _index(op, j, p, kb)
+        return compose(maps[j], p, len(kb.dims), kb.ctx)
 
     c_points = [operand_index(2, point(rows[i], n_expr, zero)) for i in range(tm)]
     inits = [ev.value(op.operands[2], c_points[i]) for i in range(tm)]
@@ -276,7 +289,7 @@ def _placement(v: ir.Value, c: ir.Value, rank: int) -> list[int] | None:
     gives up (Unsupported), so a wrong guess cannot produce a wrong kernel."""
     ctx = c.context
     dims = [ir.AffineDimExpr.get(i, ctx) for i in range(len(shape_of(v.type)))]
-    pulled = _pull(v, c, dims)
+    pulled = _pull(v, c, dims, len(dims))
     if pulled is None or len(pulled) != rank or len(dims) != rank:
         return None
     where = {}
@@ -288,8 +301,9 @@ def _placement(v: ir.Value, c: ir.Value, rank: int) -> list[int] | None:
     return [where[d] for d in range(rank)]
 
 
-def _pull(v: ir.Value, c: ir.Value, idx: list) -> list | None:
-    """C's index read when ``v`` is read at ``idx``, through pointwise generics."""
+def _pull(v: ir.Value, c: ir.Value, idx: list, n: int) -> list | None:
+    """C's index read when ``v`` is read at ``idx`` (expressions over ``n`` dims), through
+    pointwise generics."""
     if v == c:
         return idx
     op = op_of(v)
@@ -301,18 +315,13 @@ def _pull(v: ir.Value, c: ir.Value, idx: list) -> list | None:
         point = loop_point(maps[n_in + ir.OpResult(v).result_number], idx)
     except Unsupported:
         return None
-    n = max((e.position for e in _dims_of(idx)), default=-1) + 1
     for j in range(n_in):
         operand = op.operands[j]
         if isinstance(operand.type, ir.ShapedType):
-            found = _pull(operand, c, list(compose(maps[j], point, n, c.context)))
+            found = _pull(operand, c, list(compose(maps[j], point, n, c.context)), n)
             if found is not None:
                 return found
     return None
-
-
-def _dims_of(idx: list) -> list:
-    return [e.maybe_downcast() for e in idx if isinstance(e.maybe_downcast(), ir.AffineDimExpr)]
 
 
 @dataclass(frozen=True)
@@ -335,7 +344,7 @@ class _Slab:
     extent: int
     size: int
     base: ir.AffineExpr
-    point: object
+    point: Callable[[ir.AffineExpr, ir.AffineExpr], list]
 
 
 def _stage(kb, group, leaves, op, slab: _Slab, tid, k0, bk: int, K: int) -> None:
@@ -368,7 +377,9 @@ def _stage(kb, group, leaves, op, slab: _Slab, tid, k0, bk: int, K: int) -> None
                 o_dim, k_dim = kb.add_dim(g_other), kb.add_dim(g_k)
                 vdim = k_dim if along_k else o_dim
                 ev = Evaluator(kb, group.func, leaves, lanes=lanes, vdim=vdim.position)
-                idx = _index(op, slab.operand, slab.point(o_dim, k_dim), kb)
+                idx = compose(
+                    maps_of(op)[slab.operand], slab.point(o_dim, k_dim), len(kb.dims), kb.ctx
+                )
                 val = ev.value(value, idx)
                 x = ev.as_vector(val)
                 if k_ok is not None:
@@ -395,7 +406,7 @@ def _staging_layout(kb, group, leaves, op, slab: _Slab, bk: int, K: int) -> tupl
     o_probe = ir.AffineDimExpr.get(n, kb.ctx)
     k_probe = ir.AffineDimExpr.get(n + 1, kb.ctx)
     probe = Evaluator(kb, group.func, leaves)
-    idx = _index(op, slab.operand, slab.point(o_probe, k_probe), kb, n + 2)
+    idx = compose(maps_of(op)[slab.operand], slab.point(o_probe, k_probe), n + 2, kb.ctx)
     addrs = probe.addresses(op.operands[slab.operand], idx, n + 2) or []
 
     def contiguous(d: int) -> int:
@@ -403,17 +414,8 @@ def _staging_layout(kb, group, leaves, op, slab: _Slab, bk: int, K: int) -> tupl
 
     along_k = contiguous(n + 1) > contiguous(n)
     elem = ir.ShapedType(op.operands[slab.operand].type).element_type
-    lanes = min(STAGE_LANES, max(1, 16 // element_bytes(elem)))
     inner, whole = (bk, K) if along_k else (slab.extent, slab.size)
-    while lanes > 1 and (inner % lanes or whole % lanes):
-        lanes //= 2
-    return along_k, lanes
-
-
-def _index(op, j: int, p: list, kb: KernelBuilder, n_dims: int | None = None) -> tuple:
-    n = len(kb.dims) if n_dims is None else n_dims
-    pmap = ir.AffineMap.get(n, 0, list(p), kb.ctx)
-    return tuple(r.compose(pmap).maybe_downcast() for r in maps_of(op)[j].results)
+    return along_k, min(STAGE_LANES, vector_width(elem, math.gcd(inner, whole)))
 
 
 __all__ = ["emit_matmul"]
