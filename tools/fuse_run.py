@@ -722,6 +722,12 @@ def summary_lines(result: Result) -> list[str]:
         ["flops", render_mod.human_flops(u.totals["flops"]),
          render_mod.human_flops(f.totals["flops"]),
          _percent(u.totals["flops"], f.totals["flops"])],
+    ]
+    if f.totals.get("copy_bytes") and f.exe.backend == "cpu":
+        # arguments the program writes after reading them: copied, the caller's are read-only
+        rows.append(["input copies", _bytes(u.totals.get("copy_bytes", 0)),
+                     _bytes(f.totals["copy_bytes"]), ""])
+    rows += [
         ["compile + JIT", _seconds(u.compile_s), _seconds(f.compile_s), ""],
     ]
     if result.args.repeat:

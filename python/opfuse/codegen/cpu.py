@@ -168,6 +168,7 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True) -> ir.Module:
     """
     _check_self_contained(module)
     copy = clone_module(module)
+    protect_arguments(copy)
     _add_c_interfaces(copy)
     prepare_loops(copy, fuse_kernels=fuse_kernels)
     copy_shared_results(copy)
@@ -199,6 +200,37 @@ def clone_module(module: ir.Module) -> ir.Module:
         for op in module.body.operations:
             op.operation.clone(ip=ip)
     return copy
+
+
+#: The argument attribute one-shot-bufferize reads: a buffer it must never write into.
+_WRITABLE = "bufferization.writable"
+
+
+def protect_arguments(module: ir.Module) -> None:
+    """Mark every argument of every public function ``bufferization.writable = false``.
+
+    Public functions are the ones the runtime calls with the caller's arrays (the entry
+    function, a bundle's ``opfuse_call_<kernel>`` wrappers). Bufferization writes an op's
+    result into its ``outs`` buffer; where that buffer is such an argument (``matmul
+    outs(%c)``, a reduction into an argument, directly or through a kernel call) it now
+    copies the argument first, so the caller's data is never overwritten. The copies are
+    the ones :func:`opfuse.analysis.graph.input_copies` counts for the report.
+    """
+    ctx = module.context
+    for op in module.body.operations:
+        fn = op.operation
+        if fn.name != "func.func" or not fn.regions[0].blocks or _is_private(fn):
+            continue
+        n = len(fn.regions[0].blocks[0].arguments)
+        old = list(ir.ArrayAttr(fn.attributes["arg_attrs"])) if "arg_attrs" in fn.attributes else []
+        attrs = []
+        for i in range(n):
+            entries = {}
+            if i < len(old):
+                entries = {named.name: named.attr for named in ir.DictAttr(old[i])}
+            entries[_WRITABLE] = ir.BoolAttr.get(False, ctx)
+            attrs.append(ir.DictAttr.get(entries, ctx))
+        fn.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs, ctx)
 
 
 def _check_self_contained(module: ir.Module) -> None:

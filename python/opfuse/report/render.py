@@ -73,7 +73,15 @@ def _header(totals: dict[str, Any]) -> list[str]:
         f"bytes: {human_bytes(before['bytes'])} -> {human_bytes(after['bytes'])} "
         f"({_change(before['bytes'], after['bytes'])})",
         f"flops: {human_flops(before['flops'])} -> {human_flops(after['flops'])}",
-    ]
+    ] + _copies_line(after)
+
+
+def _copies_line(after: dict[str, Any]) -> list[str]:
+    """Input copies, when the program makes any (the caller's arrays are read-only)."""
+    if not after.get("copy_bytes"):
+        return []
+    return [f"input copies: {human_bytes(after['copy_bytes'])} on the cpu backend "
+            "(arguments written after being read; GPU kernels write fresh buffers)"]
 
 
 def overview_line(o: dict[str, Any]) -> str:

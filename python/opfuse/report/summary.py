@@ -36,6 +36,7 @@ from mlir import ir
 
 # Bound at import, not looked up per call: target presets are data, not the cost model
 # a caller may substitute (tests replace ``opfuse.cost`` to check which figures it gives).
+from ..analysis.inplace import input_copies
 from ..cost import get_target
 from .ledger import Ledger
 
@@ -65,6 +66,9 @@ def build_report(
 
     before = _totals(cost.module_totals(before_module))
     after = _totals(cost.module_totals(after_module))
+    copies = [c.to_json() for c in input_copies(before_module)]
+    if copies:
+        before["copy_bytes"] = after["copy_bytes"] = sum(c["bytes"] for c in copies)
     totals = {
         "before": before,
         "after": after,
@@ -78,6 +82,7 @@ def build_report(
     report = {
         "schema": SCHEMA_ID,
         "totals": totals,
+        **({"input_copies": copies} if copies else {}),
         "overview": {
             "functions": graph["functions"],
             "ops": sum(1 for n in graph["nodes"] if n["op"] != "argument"),

@@ -17,6 +17,8 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
+from ..errors import OpfuseError
+
 #: MLIR element type -> numpy dtype (bf16 travels as its bits).
 DTYPES = {
     "f64": np.dtype(np.float64),
@@ -189,6 +191,7 @@ def plan_buffers(schedule: HostSchedule) -> BufferPlan:
     for s in schedule.steps:
         if isinstance(s, View):
             root[s.dst] = root[s.src]
+    _check_read_only(schedule, root)
     pinned = {root[i] for i in schedule.inputs} | {root[o] for o in schedule.outputs}
     pinned |= {b.id for b in buffers if b.role in ("input", "const")}
     first: dict[int, int] = {}
@@ -228,6 +231,23 @@ def plan_buffers(schedule: HostSchedule) -> BufferPlan:
             if r in slot_of:
                 free.append(slot_of[r])
     return BufferPlan(root, slots, slot_of, pinned)
+
+
+def _check_read_only(schedule: HostSchedule, root: dict[int, int]) -> None:
+    """Inputs and constants are never written: every runtime binds an input buffer to the
+    caller's memory (the numpy array itself on the CPU, the uploaded copy that repeated
+    runs reuse on the GPU). A schedule (from a bundle's manifest, say) that makes one a
+    kernel result or a copy's destination, directly or through a view, is refused."""
+    for s in schedule.steps:
+        writes = s.results if isinstance(s, Call) else (s.dst,) if isinstance(s, Copy) else ()
+        for b in writes:
+            owner = schedule.buffers[root[b]]
+            if owner.role in ("input", "const"):
+                what = f"input #{owner.index}" if owner.role == "input" else "a constant"
+                raise OpfuseError(
+                    f"@{schedule.entry}: step {s} writes buffer {b}, which is {what}; "
+                    "inputs and constants are read-only"
+                )
 
 
 @dataclass
