@@ -35,6 +35,12 @@ IR conventions (the fusion passes rely on them):
   ``concat``: one ``tensor.concat`` however many inputs (the fusion analysis sees a data
   movement op; the CPU backend bufferizes it to copies into subviews; a GPU kernel reads
   the one input an index falls in).
+* ``pad``: one ``tensor.pad`` yielding a constant. ``conv2d`` (NCHW input, FCHW filter):
+  ``pad`` when padding is not 0, then ``linalg.conv_2d_nchw_fchw`` (``groups=1``),
+  ``linalg.depthwise_conv_2d_nchw_chw`` (one filter per channel) or
+  ``linalg.conv_2d_ngchw_gfchw`` between ``expand_shape``s and a ``collapse_shape`` (other
+  groups), the forms torch-mlir prints; a ``linalg.fill`` 0 init (f32 and a ``round`` op
+  for f16/bf16) and the bias as an elementwise add reading the channel vector.
 * Composite ops (gelu, silu, softmax, layernorm, rms_norm, mean) are chains of the ops
   above, one generic per step, named ``<scope>.<op>`` (``gelu.tanh``): fusing these chains
   is opfuse's job, so the builder never pre-fuses them.
@@ -66,6 +72,7 @@ Where it lives: :class:`Graph` (here) joins the op families, one module each:
 elementwise generic: broadcasting, keepdims, constants), ``builder_elementwise`` (math,
 comparisons, masks, casts, ``iota``/``full``), ``builder_movement`` (broadcast_to,
 transpose, reshape, concat), ``builder_reductions`` (reductions, matmul),
+``builder_conv`` (pad, conv2d),
 ``builder_composites`` (gelu ... rms_norm) and ``builder_reference`` (the numpy reference).
 The public names (``__all__``) are importable from here.
 """
@@ -73,6 +80,7 @@ The public names (``__all__``) are importable from here.
 from __future__ import annotations
 
 from .builder_composites import CompositeOps
+from .builder_conv import ConvolutionOps
 from .builder_core import GraphCore
 from .builder_elementwise import ElementwiseOps
 from .builder_movement import DataMovementOps
@@ -105,7 +113,13 @@ __all__ = [
 
 
 class Graph(
-    ElementwiseOps, DataMovementOps, ReductionOps, CompositeOps, ReferenceEvaluation, GraphCore
+    ElementwiseOps,
+    DataMovementOps,
+    ReductionOps,
+    ConvolutionOps,
+    CompositeOps,
+    ReferenceEvaluation,
+    GraphCore,
 ):
     """A dataflow graph of tensor operators that prints as one MLIR ``func.func``.
 

@@ -52,6 +52,26 @@ _NUMPY: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
+def _conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, groups: int) -> np.ndarray:
+    """Cross-correlation of an (already padded) NCHW ``x`` with an FCHW ``w`` in float64:
+    ``out[n, f, i, j] = sum_{c, p, q} x[n, g·C/G + c, i·s0 + p·d0, j·s1 + q·d1] · w[f, c, p, q]``
+    with ``g`` the group of ``f``."""
+    n, c, h, wd = x.shape
+    f, cg, kh, kw = w.shape
+    (s0, s1), (d0, d1) = strides, dilations
+    oh = (h - d0 * (kh - 1) - 1) // s0 + 1
+    ow = (wd - d1 * (kw - 1) - 1) // s1 + 1
+    fg = f // groups
+    out = np.zeros((n, f, oh, ow))
+    for p in range(kh):
+        for q in range(kw):
+            rows = x[:, :, p * d0 : p * d0 + s0 * (oh - 1) + 1 : s0, q * d1 : q * d1 + s1 * (ow - 1) + 1 : s1]
+            for g in range(groups):
+                patch = rows[:, g * cg : (g + 1) * cg]
+                out[:, g * fg : (g + 1) * fg] += np.einsum("ncij,fc->nfij", patch, w[g * fg : (g + 1) * fg, :, p, q])
+    return out
+
+
 class ReferenceEvaluation(GraphCore):
     """``reference`` and ``random_inputs``: the graph run in numpy."""
 
@@ -148,4 +168,9 @@ class ReferenceEvaluation(GraphCore):
                 return np.broadcast_to(vals[0], node.shape)
             if op == "concat":
                 return np.concatenate(vals, axis=at["axis"])
+            if op == "pad":
+                widths = list(zip(at["low"], at["high"]))
+                return np.pad(vals[0], widths, constant_values=at["value"])
+            if op == "conv":
+                return _conv2d(vals[0], vals[1], at["strides"], at["dilations"], at["groups"])
             return vals[0].reshape(node.shape)  # collapse, expand, reshape

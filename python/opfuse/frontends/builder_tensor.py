@@ -81,7 +81,7 @@ class _Node:
     """One op of the graph; its result has the physical ``shape``.
 
     ``op`` is one of: input, ew (elementwise generic), reduce, matmul, batch_matmul,
-    transpose, broadcast, concat, collapse, expand, reshape.
+    transpose, broadcast, concat, collapse, expand, reshape, pad, conv.
     """
 
     op: str

@@ -362,6 +362,63 @@ class Printer:
             node,
         )
 
+    def _pad(self, node: _Node) -> str:
+        (x,) = node.args
+        at, dtype = node.attrs, node.dtype
+        c = self.emit(f"arith.constant {_float_literal(at['value'], dtype)} : {dtype}", node)
+        result = self.fresh()
+        indices = ", ".join(f"{self.fresh()}: index" for _ in node.shape)
+        self.lines += [
+            f"    {result} = tensor.pad {self.val(x)} low{at['low']} high{at['high']} {{",
+            f"    ^bb0({indices}):",
+            f"      tensor.yield {c} : {dtype}",
+            f'    }} : {_ty(x)} to {_tensor_type(node.shape, dtype)} loc("{node.name}")',
+        ]
+        return result
+
+    def _conv(self, node: _Node) -> str:
+        x, w = node.args
+        at = node.attrs
+        attrs = (
+            f"{{dilations = dense<{at['dilations']}> : vector<2xi64>, "
+            f"strides = dense<{at['strides']}> : vector<2xi64>}}"
+        )
+        xv, wv, xt, wt = self.val(x), self.val(w), _ty(x), _ty(w)
+        if at["form"] == "nchw":
+            op, out_shape = "conv_2d_nchw_fchw", node.shape
+        elif at["form"] == "depthwise":  # F x 1 x KH x KW -> F x KH x KW
+            op, out_shape = "depthwise_conv_2d_nchw_chw", node.shape
+            collapsed = _tensor_type((w.shape[0], *w.shape[2:]), w.dtype)
+            wv = self.emit(f"tensor.collapse_shape {wv} [[0, 1], [2], [3]] : {wt} into {collapsed}", node)
+            wt = collapsed
+        else:  # channels split into groups: N x G x C/G x H x W, G x F/G x C/G x KH x KW
+            op, g = "conv_2d_ngchw_gfchw", at["groups"]
+            n, c, h, wd = x.shape
+            f = w.shape[0]
+            xs, ws = (n, g, c // g, h, wd), (g, f // g, *w.shape[1:])
+            out_shape = (n, g, f // g, *node.shape[2:])
+            xv = self._expand_to(xv, xt, [[0], [1, 2], [3], [4]], xs, x.dtype, node)
+            wv = self._expand_to(wv, wt, [[0, 1], [2], [3], [4]], ws, w.dtype, node)
+            xt, wt = _tensor_type(xs, x.dtype), _tensor_type(ws, w.dtype)
+        ty = _tensor_type(out_shape, node.dtype)
+        e = self.emit(f"tensor.empty() : {ty}", node)
+        zero = self.emit(f"arith.constant {_float_literal(0.0, node.dtype)} : {node.dtype}", node)
+        init = self.emit(f"linalg.fill ins({zero} : {node.dtype}) outs({e} : {ty}) -> {ty}", node)
+        r = self.emit(f"linalg.{op} {attrs} ins({xv}, {wv} : {xt}, {wt}) outs({init} : {ty}) -> {ty}", node)
+        if out_shape == node.shape:
+            return r
+        return self.emit(
+            f"tensor.collapse_shape {r} [[0], [1, 2], [3], [4]] : {ty} into "
+            f"{_tensor_type(node.shape, node.dtype)}",
+            node,
+        )
+
+    def _expand_to(self, v: str, t: str, groups: list, shape: Shape, dtype: str, node: _Node) -> str:
+        out = _tensor_type(shape, dtype)
+        return self.emit(
+            f"tensor.expand_shape {v} {groups} output_shape {list(shape)} : {t} into {out}", node
+        )
+
     def _reshape(self, node: _Node) -> str:
         (x,) = node.args
         st = f"tensor<{len(node.shape)}xi64>"
