@@ -1,19 +1,14 @@
 """PyTorch models on opfuse: ``opfuse.torch.compile`` and ``torch.compile(backend="opfuse")``.
 
-Both go through the torch importer (:mod:`opfuse.frontends.torch`) and
-:func:`opfuse.compile`, then call the :class:`~opfuse.runtime.executable.Executable` with
-the tensors' data:
-
-* **CPU backend** (every machine): tensors cross as numpy arrays that share their memory
-  (float32/float16 as they are, bfloat16 as its uint16 bit patterns, bool as int8 0/1:
-  the i8 booleans of the IR), so a call copies
-  nothing but the results' wrapping; tensors on another device are copied to the host and
-  the results back to that device.
-* **cuda backend**: when the Executable offers ``run_device(inputs, outputs, *, stream)``
-  (device pointers of contiguous buffers, in signature order, launched on ``stream``), CUDA
-  tensors are passed by pointer and the results are allocated on their device, so the
-  kernels work on the tensors' own memory. Without that entry point the host path above is
-  used. (Written against the cuda runtime's announced contract; not run here: no GPU.)
+Both export the model (or Dynamo's FX graph) with ``torch.export`` and opfuse's
+decompositions, split the ATen graph into the largest partitions opfuse supports and the
+ops it does not (:mod:`opfuse.frontends.torch_partition`), compile every partition with
+:func:`opfuse.compile` and run the split graph: compiled partitions on opfuse's backend,
+the ops left eager in PyTorch between them (:mod:`opfuse.torch_partitions`, which also
+says how tensors cross). A model with one unsupported op still gets every other fusion;
+one :class:`FallbackWarning` per graph names the ops left eager and why, and
+``report["eager"]`` lists them (``report["partitions"]``: every partition's ops, kernels
+and fusion report).
 
 Parameters are read at **every call** (by their qualified names on the model, so
 in-place updates, ``load_state_dict`` and re-assigned parameters are all seen); reading
@@ -24,9 +19,9 @@ and an input or parameter that requires grad) runs the model eagerly instead, wi
 :class:`FallbackWarning`; call compiled models under ``torch.no_grad()`` or
 ``torch.inference_mode()``.
 
-The Dynamo backend never fails the user's model: a graph that does not import or compile
-(an unsupported op, a dynamic shape, an internal error) runs eagerly, with a
-:class:`FallbackWarning` that names the reason (for an op, ``aten.cumsum.default``).
+The Dynamo backend never fails the user's model: a graph that does not export (a dynamic
+shape, an export error) runs eagerly whole, a partition that does not compile or fails at
+its first call runs eagerly, each with a :class:`FallbackWarning` that names the reason.
 It is registered under the name ``opfuse`` through the ``torch_dynamo_backends`` entry
 point; :func:`register` does the same in-process where the package is not installed.
 """
@@ -40,8 +35,6 @@ import math
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
-import numpy as np
-
 try:
     import torch
     import torch.nn.functional as F
@@ -51,28 +44,21 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "opfuse.torch needs PyTorch: pip install 'opfuse[torch]' (torch==2.13.0)"
     ) from e
 
-from . import api
 from .errors import OpfuseError
-from .frontends.torch import ImportedGraph, import_fx, import_module
-from .runtime.executable import Executable
+from .frontends.torch import example_args, export, export_fx
+from .torch_partitions import (
+    TORCH_DTYPES,
+    FallbackWarning,
+    PartitionedProgram,
+    reason,
+    warn,
+)
 
 __all__ = ["CompiledModule", "FallbackWarning", "compile", "opfuse_backend", "register"]
 
 #: The name ``torch.compile(backend=...)`` knows opfuse by.
 BACKEND_NAME = "opfuse"
-
-# element types of the IR -> torch dtypes (the importer's i8 values are always booleans)
-_TORCH_DTYPES = {
-    "f32": torch.float32,
-    "f16": torch.float16,
-    "bf16": torch.bfloat16,
-    "i8": torch.bool,
-    "i64": torch.int64,
-}
-
-
-class FallbackWarning(UserWarning):
-    """opfuse ran (part of) a model eagerly instead of compiled; the message says why."""
+_TORCH_DTYPES = TORCH_DTYPES
 
 
 # --------------------------------------------------------------------------- public API
@@ -88,6 +74,10 @@ def compile(  # noqa: A001  (opfuse.torch.compile mirrors torch.compile)
 ) -> "CompiledModule":
     """Compile ``model`` for the shapes and dtypes of ``example_inputs``.
 
+    The exported graph is split into the largest partitions opfuse supports, each compiled
+    and fused; the ops opfuse does not support run eagerly in PyTorch between them, named
+    by one :class:`FallbackWarning` and in ``report["eager"]`` with the reason.
+
     Args:
         model: A ``torch.nn.Module`` in eval mode (training-mode dropout is unsupported).
         example_inputs: A tensor or a sequence of tensors (the positional arguments).
@@ -101,13 +91,14 @@ def compile(  # noqa: A001  (opfuse.torch.compile mirrors torch.compile)
         the model's output structure with torch tensors in it.
 
     Raises:
-        OpfuseError: the model does not import (:class:`UnsupportedOpError` names the op
-            and where the model calls it) or does not compile.
+        OpfuseError: the model does not export, or a partition does not compile.
     """
     with _no_mha_fastpath(), _quiet_export():
-        imported = import_module(model, example_inputs)
-    executable = api.compile(imported.graph, backend=backend, target=target, **options)
-    return CompiledModule(model, imported, executable)
+        program = export(model, example_args(example_inputs))
+    partitioned = PartitionedProgram(
+        program, strict=True, backend=backend, target=target, **options
+    )
+    return CompiledModule(model, program, partitioned)
 
 
 class CompiledModule:
@@ -115,64 +106,73 @@ class CompiledModule:
 
     Attributes:
         model: The model (its parameters are read at every call).
-        imported: The imported graph (its ``inputs`` list the function arguments).
-        executable: The compiled program; ``executable.report`` holds the fusion report.
+        program: The partitioned, compiled program (``program.partitions``,
+            ``program.eager``).
     """
 
-    def __init__(self, model: Any, imported: ImportedGraph, executable: Executable):
+    def __init__(self, model: Any, exported: Any, program: PartitionedProgram):
         self.model = model
-        self.imported = imported
-        self.executable = executable
-        self._program = _Program(imported, executable)
-        self._state = [_state_getter(model, imported, i) for i in range(len(imported.params))]
+        self.program = program
+        self._inputs = _Inputs(exported, model)
 
     @property
     def report(self) -> dict:
-        """The fusion report (``report["totals"]["before"/"after"]["kernels"]``, ledger)."""
-        return self.executable.report
+        """Totals over the compiled partitions (``report["totals"]["before"/"after"]
+        ["kernels"]``), each partition's fusion report, and the ops left eager."""
+        return self.program.report
+
+    @property
+    def executable(self) -> Any:
+        """The first compiled partition's Executable (the only one of a model opfuse
+        compiles whole); None if nothing compiled."""
+        parts = self.program.partitions
+        return parts[0].program.executable if parts else None
 
     def __call__(self, *args: Any) -> Any:
-        n = len(self.imported.user_inputs)
+        n = self._inputs.n_user
         if len(args) != n or not all(isinstance(a, torch.Tensor) for a in args):
             got = ", ".join(type(a).__name__ for a in args) or "nothing"
             raise OpfuseError(f"the compiled model takes {n} tensor(s), got {got}")
-        tensors = [*args, *(get() for get in self._state)]
-        if _autograd_recording(tensors):
-            _warn(_AUTOGRAD_REASON)
+        flat = self._inputs.flat(args)
+        if _autograd_recording(flat):
+            warn(_AUTOGRAD_REASON)
             return self.model(*args)
-        self._program.check(tensors)
-        return self._program.unflatten(self._program.run(tensors))
+        self.program.check(flat, self._inputs.names)
+        return self._inputs.unflatten(self.program(flat))
 
     def __repr__(self) -> str:
-        totals = self.report.get("totals", {}) if isinstance(self.report, dict) else {}
-        kernels = "/".join(str(totals.get(k, {}).get("kernels", "?")) for k in ("before", "after"))
-        return (f"CompiledModule({type(self.model).__name__}, backend="
-                f"{self.executable.backend!r}, kernels before/after={kernels})")
+        totals = self.report["totals"]
+        kernels = "/".join(str(totals[k]["kernels"]) for k in ("before", "after"))
+        backend = self.executable.backend if self.executable else "eager"
+        return (f"CompiledModule({type(self.model).__name__}, backend={backend!r}, "
+                f"kernels before/after={kernels}, eager ops={len(self.program.eager)})")
 
 
 def opfuse_backend(
     gm: Any, example_inputs: Sequence[Any], *, options: dict | None = None, mode: str | None = None
 ) -> Callable:
-    """The ``torch.compile`` backend: compile Dynamo's FX graph, or run it eagerly.
+    """The ``torch.compile`` backend: compile Dynamo's FX graph partition by partition.
 
     ``torch.compile(model, backend="opfuse", options={"backend": "cpu", "delta": 0.2})``
     passes ``options`` here: ``target``, ``backend`` and the options of
     :func:`opfuse.compile`. ``mode`` is accepted and ignored.
 
     Returns:
-        A function of the graph's inputs returning its outputs; ``gm.forward`` itself (with
-        a :class:`FallbackWarning`) when the graph does not import or compile.
+        A function of the graph's inputs returning its outputs: the split graph, its
+        supported partitions compiled and the rest eager (named by a
+        :class:`FallbackWarning`); ``gm.forward`` itself, with a warning, when the graph
+        does not export at all.
     """
     del mode  # opfuse has one mode
     opts = dict(options or {})
     try:
         with _quiet_export():
-            imported = import_fx(_decompose_fastpath(gm), example_inputs)
-        executable = api.compile(imported.graph, **opts)
+            exported = export_fx(_decompose_fastpath(gm), example_inputs)
+        program = PartitionedProgram(exported, **opts)
     except Exception as e:  # noqa: BLE001  (never fail the user's model: run it eagerly)
-        _warn(_reason(e))
+        warn(f"running eagerly, not compiled: {reason(e)}")
         return gm.forward
-    return _DynamoGraph(gm, _Program(imported, executable))
+    return _DynamoGraph(gm, exported, program)
 
 
 def register(name: str = BACKEND_NAME) -> None:
@@ -190,89 +190,73 @@ def register(name: str = BACKEND_NAME) -> None:
 # --------------------------------------------------------------------------- calls
 
 
-class _Program:
-    """An imported graph's Executable, called with torch tensors (user inputs, then params)."""
+class _Inputs:
+    """The exported program's flat inputs from a call's user arguments: parameters and
+    buffers read from the model by name at every call, constants as exported."""
 
-    def __init__(self, imported: ImportedGraph, executable: Executable):
-        self.imported = imported
-        self.executable = executable
-        self.outputs = executable.signature.outputs
-        self.names = [
-            f"input {k}" if i.kind == "user" else f"{i.kind} {i.target!r}"
-            for k, i in enumerate(imported.inputs)
-        ]
+    def __init__(self, exported: Any, model: Any = None):
+        from torch.export.graph_signature import InputKind, OutputKind
 
-    def check(self, tensors: Sequence[Any]) -> None:
-        """Every tensor has the shape and dtype compiled for (static shapes)."""
-        for name, spec, t in zip(self.names, self.imported.inputs, tensors):
-            want = (spec.shape, _TORCH_DTYPES[spec.dtype])
-            if (tuple(t.shape), t.dtype) != want:
-                raise OpfuseError(
-                    f"{name}: compiled for {want[1]} {want[0]}, got {t.dtype} "
-                    f"{tuple(t.shape)}; compile again for new shapes or dtypes"
-                )
+        self.getters: list[Callable[[Sequence[Any]], Any]] = []
+        self.names: list[str] = []
+        n_user = 0
+        for spec in exported.graph_signature.input_specs:
+            if spec.kind == InputKind.USER_INPUT:
+                self.getters.append(lambda args, k=n_user: args[k])
+                self.names.append(f"input {n_user}")
+                n_user += 1
+            elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER,
+                               InputKind.CONSTANT_TENSOR):
+                get = _state_getter(exported, model, spec.target)
+                self.getters.append(lambda args, get=get: get())
+                self.names.append(f"{spec.kind.name.lower()} {spec.target!r}")
+            else:
+                raise OpfuseError(f"input {spec.arg.name!r} of kind {spec.kind.name} unsupported")
+        for spec in exported.graph_signature.output_specs:
+            if spec.kind != OutputKind.USER_OUTPUT:
+                what = spec.target or spec.arg.name
+                raise OpfuseError(f"in-place update of {what!r} ({spec.kind.name}) unsupported")
+        self.n_user = n_user
+        self.out_spec = exported.call_spec.out_spec
 
-    def run(self, tensors: Sequence[Any]) -> list[Any]:
-        """The results, on the device of the first tensor."""
-        device = tensors[0].device if tensors else torch.device("cpu")
-        run_device = getattr(self.executable, "run_device", None)
-        if run_device is not None and device.type == "cuda" and self.executable.backend == "cuda":
-            return self._run_on_device(run_device, tensors, device)  # pragma: no cover - GPU
-        results = self.executable(*(_to_numpy(t) for t in tensors))
-        results = results if isinstance(results, tuple) else (results,)
-        return [_to_torch(a, s.element_type, device) for a, s in zip(results, self.outputs)]
-
-    def _run_on_device(self, run_device: Callable, tensors: Sequence[Any], device: Any) -> list:
-        # pragma: no cover - needs a GPU and the cuda runtime's run_device
-        inputs = [t.detach().contiguous() for t in tensors]
-        outputs = [
-            torch.empty(s.shape, dtype=_TORCH_DTYPES[s.element_type], device=device)
-            for s in self.outputs
-        ]
-        stream = torch.cuda.current_stream(device).cuda_stream
-        run_device([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs],
-                   stream=stream)
-        return outputs
+    def flat(self, args: Sequence[Any]) -> list[Any]:
+        return [get(args) for get in self.getters]
 
     def unflatten(self, results: list[Any]) -> Any:
         """The model's output structure around ``results``."""
-        if self.imported.out_spec is None:
+        if self.out_spec is None:
             return results[0] if len(results) == 1 else tuple(results)
-        return pytree.tree_unflatten(results, self.imported.out_spec)
+        return pytree.tree_unflatten(results, self.out_spec)
 
 
 class _DynamoGraph:
     """What the backend returns for a compiled graph: Dynamo calls it with the graph's inputs.
 
-    An error at call time (the CPU program is JIT-compiled on the first call) or an
-    autograd-recording call runs ``gm.forward`` instead, with a warning; after an error the
-    graph stays eager.
+    An autograd-recording call runs ``gm.forward`` instead, with a warning; a partition that
+    fails at call time runs eagerly from then on (``CompiledPartition``).
     """
 
-    def __init__(self, gm: Any, program: _Program):
+    def __init__(self, gm: Any, exported: Any, program: PartitionedProgram):
         self.gm = gm
         self.program = program
-        self.executable = program.executable
+        self._inputs = _Inputs(exported)
+
+    @property
+    def report(self) -> dict:
+        """The partitioned program's report (see ``PartitionedProgram.report``)."""
+        return self.program.report
 
     def __call__(self, *args: Any) -> Any:
-        if self.program is None:
-            return self.gm.forward(*args)
         if _autograd_recording(args):
-            _warn(_AUTOGRAD_REASON)
+            warn(_AUTOGRAD_REASON)
             return self.gm.forward(*args)
-        try:  # the graph's own tensor constants (torch.tensor(2.0)) follow Dynamo's inputs
-            results = self.program.run([*args, *self.program.imported.params])
-        except Exception as e:  # noqa: BLE001  (e.g. the first call's JIT failed: run eagerly)
-            _warn(_reason(e))
-            self.program = None
-            return self.gm.forward(*args)
-        return self.program.unflatten(results)
+        return self._inputs.unflatten(self.program(self._inputs.flat(args)))
 
 
 _AUTOGRAD_REASON = (
-    "autograd is recording (grad mode is on and an input or parameter requires grad) and "
-    "opfuse computes the forward pass only; call the model under torch.no_grad() or "
-    "torch.inference_mode()"
+    "running eagerly, not compiled: autograd is recording (grad mode is on and an input or "
+    "parameter requires grad) and opfuse computes the forward pass only; call the model "
+    "under torch.no_grad() or torch.inference_mode()"
 )
 
 
@@ -290,55 +274,20 @@ def _autograd_recording(tensors: Sequence[Any]) -> bool:
     )
 
 
-def _reason(e: BaseException) -> str:
-    if isinstance(e, OpfuseError):
-        return str(e)
-    return f"internal error: {type(e).__name__}: {e}"
-
-
-def _warn(reason: str) -> None:
-    warnings.warn(f"opfuse: running eagerly, not compiled: {reason}", FallbackWarning,
-                  stacklevel=3)
-
-
-def _state_getter(model: Any, imported: ImportedGraph, k: int) -> Callable[[], Any]:
-    """Reads parameter/buffer ``k`` from the model by name, so the current one is used."""
-    spec = imported.inputs[len(imported.user_inputs) + k]
-    if spec.kind in ("parameter", "buffer") and isinstance(model, torch.nn.Module):
-        owner_path, _, attr = spec.target.rpartition(".")
+def _state_getter(exported: Any, model: Any, target: str) -> Callable[[], Any]:
+    """Reads a parameter/buffer from the model by name, so the current one is used; a
+    constant (or a name export made up) is the exported tensor."""
+    if isinstance(model, torch.nn.Module) and target not in exported.constants:
+        owner_path, _, attr = target.rpartition(".")
         try:
             owner = model.get_submodule(owner_path)
             getattr(owner, attr)
         except AttributeError:
-            pass  # a name export made up: keep the tensor it handed us
+            pass
         else:
             return lambda: getattr(owner, attr)
-    tensor = imported.params[k]
+    tensor = exported.state_dict[target] if target in exported.state_dict else exported.constants[target]
     return lambda: tensor
-
-
-def _to_numpy(t: Any) -> np.ndarray:
-    """A numpy view of ``t``'s data (host copy only for other devices); bf16 as uint16 bits,
-    bool as int8."""
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    if t.dtype == torch.bfloat16:
-        return t.contiguous().view(torch.int16).numpy().view(np.uint16)
-    if t.dtype == torch.bool:
-        return t.numpy().view(np.int8)
-    return t.numpy()
-
-
-def _to_torch(a: np.ndarray, element_type: str, device: Any) -> Any:
-    """A tensor sharing ``a``'s memory (each call's results are fresh arrays)."""
-    if element_type == "bf16":
-        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    elif element_type == "i8":
-        t = torch.from_numpy(a).view(torch.bool)
-    else:
-        t = torch.from_numpy(a)
-    return t if device.type == "cpu" else t.to(device)
 
 
 # --------------------------------------------------------------------------- fast paths

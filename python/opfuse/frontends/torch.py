@@ -51,12 +51,14 @@ class UnsupportedOpError(OpfuseError):
     Attributes:
         op: The ATen overload, e.g. ``aten.cumsum.default``.
         where: The module path and source line that call it.
+        detail: The argument the rule refuses ("" when the op has no rule at all).
     """
 
     def __init__(self, op: str, where: str, detail: str = ""):
         super().__init__(f"unsupported op {op}{': ' + detail if detail else ''} (at {where})")
         self.op = op
         self.where = where
+        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -142,13 +144,18 @@ def import_module(model: Any, example_inputs: Any, *, name: str = "forward") -> 
         OpfuseError: export failed, or the program has an unsupported op, dtype or shape
             (:class:`UnsupportedOpError` for an op).
     """
+    return import_exported_program(export(model, example_args(example_inputs)), name=name)
+
+
+def example_args(example_inputs: Any) -> tuple:
+    """``example_inputs`` (a tensor or a sequence of them) as a tuple of tensors."""
     import torch
 
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     for i, a in enumerate(args):
         if not isinstance(a, torch.Tensor):
             raise OpfuseError(f"example input {i} is a {type(a).__name__}: only tensors")
-    return import_exported_program(_export(model, args), name=name)
+    return args
 
 
 def import_fx(gm: Any, example_inputs: Sequence[Any], *, name: str = "forward") -> ImportedGraph:
@@ -165,6 +172,11 @@ def import_fx(gm: Any, example_inputs: Sequence[Any], *, name: str = "forward") 
             static shapes only).
         name: The function's symbol name.
     """
+    return import_exported_program(export_fx(gm, example_inputs), name=name)
+
+
+def export_fx(gm: Any, example_inputs: Sequence[Any]) -> Any:
+    """:func:`export` of a Dynamo FX graph; its inputs must be static-shape tensors."""
     import torch
 
     inputs = list(example_inputs)
@@ -174,7 +186,7 @@ def import_fx(gm: Any, example_inputs: Sequence[Any], *, name: str = "forward") 
                 f"graph input {i} is a {type(a).__name__}: only static-shape tensors "
                 "(compile with dynamic=False)"
             )
-    return import_exported_program(_export(gm, tuple(inputs)), name=name)
+    return export(gm, tuple(inputs))
 
 
 def import_exported_program(program: Any, *, name: str = "forward") -> ImportedGraph:
@@ -182,7 +194,16 @@ def import_exported_program(program: Any, *, name: str = "forward") -> ImportedG
     return _Importer(program, name).run()
 
 
-def _export(model: Any, args: tuple) -> Any:
+def import_graph_module(gm: Any, *, name: str = "forward") -> ImportedGraph:
+    """Import a plain ATen FX graph: one partition of an exported program
+    (``torch_partition``), every placeholder a user input (its ``meta["val"]`` gives the
+    shape and dtype), the results those of its output node (a single value or a tuple).
+    """
+    return _GraphImporter(gm, name).run()
+
+
+def export(model: Any, args: tuple) -> Any:
+    """``torch.export`` (non-strict), then ``decomposition_table()``; errors as OpfuseError."""
     import torch
 
     try:
@@ -322,6 +343,32 @@ class _Importer:
         return UnsupportedOpError(op, _where(self.node), detail)
 
 
+class _GraphImporter(_Importer):
+    """Imports a plain ATen graph (a partition): placeholders are the user inputs."""
+
+    def __init__(self, gm: Any, name: str):
+        super().__init__(None, name)
+        self.gm = gm
+
+    def run(self) -> ImportedGraph:
+        inputs = []
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                shape, dtype = _tensor_meta(node, f"input {node.name!r}")
+                self.env[node] = self.g.input(node.name, shape, dtype)
+                inputs.append(GraphInput(node.name, "user", None, shape, dtype))
+            elif node.op == "call_function":
+                self._call(node)
+            elif node.op == "output":
+                result = node.args[0]
+                nodes = list(result) if isinstance(result, (list, tuple)) else [result]
+                for v in nodes:
+                    if not isinstance(self.env.get(v), Tensor):
+                        raise OpfuseError(f"output {v} is not a tensor: only tensor outputs")
+                self.g.output(*(self.env[v] for v in nodes))
+        return ImportedGraph(self.g, inputs, [], [n.name for n in nodes], None, None, self.ops)
+
+
 def _op_name(target: Any) -> str:
     if getattr(target, "__name__", None) == "getitem" and getattr(target, "__module__", "") in (
         "_operator",
@@ -336,7 +383,9 @@ def _tensor_meta(node: Any, what: str) -> tuple[tuple[int, ...], str]:
     if not hasattr(val, "shape") or not hasattr(val, "dtype"):
         raise OpfuseError(f"{what} is a {type(val).__name__}: only tensors")
     if str(val.dtype) not in INPUT_DTYPES:
-        raise OpfuseError(f"{what} has dtype {val.dtype}: only float32, float16, bfloat16, bool")
+        raise OpfuseError(
+            f"{what} has dtype {val.dtype}: only float32, float16, bfloat16, int64, bool"
+        )
     dtype = DTYPES[str(val.dtype)]
     try:
         shape = tuple(int(d) for d in val.shape)

@@ -1,0 +1,244 @@
+"""A partitioned PyTorch program: every partition opfuse supports compiled and fused, the ops
+left eager run by PyTorch between them (``opfuse.frontends.torch_partition`` splits the
+graph; this module compiles the partitions and runs the split graph).
+
+``PartitionedProgram(program, **options)`` takes an exported program (after opfuse's
+decompositions), compiles each partition with :func:`opfuse.compile` and swaps it into the
+split graph as a :class:`CompiledPartition`; calling it runs the split graph on the
+program's flat inputs (parameters, buffers, constants and user inputs in the order of its
+graph signature). Its ``report`` lists every partition (its ATen ops, kernels before and
+after fusion, the full fusion report) and every op left eager with the reason; a
+:class:`FallbackWarning` names the eager ops once, when the program is compiled.
+
+Tensors cross into a compiled partition as numpy arrays that share their memory
+(float32/float16/int64 as they are, bfloat16 as its uint16 bit patterns, bool as int8 0/1:
+the i8 booleans of the IR); tensors on another device are copied to the host and the
+results back to that device. On the cuda backend, when the Executable offers
+``run_device(inputs, outputs, *, stream)``, CUDA tensors are passed by pointer instead
+(written against the cuda runtime's announced contract; not run here: no GPU).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from . import api
+from .errors import OpfuseError
+from .frontends.torch import ImportedGraph, _op_name, _where, import_graph_module
+from .frontends.torch_partition import EagerOp, partition
+from .runtime.executable import Executable
+
+# element types of the IR -> torch dtypes (the importer's i8 values are always booleans)
+TORCH_DTYPES = {
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "i8": torch.bool,
+    "i64": torch.int64,
+}
+
+
+class FallbackWarning(UserWarning):
+    """opfuse ran (part of) a model eagerly instead of compiled; the message says why."""
+
+
+def warn(message: str) -> None:
+    warnings.warn(f"opfuse: {message}", FallbackWarning, stacklevel=4)
+
+
+class Program:
+    """An imported graph's Executable, called with torch tensors (its inputs in order)."""
+
+    def __init__(self, imported: ImportedGraph, executable: Executable):
+        self.imported = imported
+        self.executable = executable
+        self.outputs = executable.signature.outputs
+
+    def run(self, tensors: Sequence[Any]) -> list[Any]:
+        """The results, on the device of the first tensor."""
+        device = tensors[0].device if tensors else torch.device("cpu")
+        run_device = getattr(self.executable, "run_device", None)
+        if run_device is not None and device.type == "cuda" and self.executable.backend == "cuda":
+            return self._run_on_device(run_device, tensors, device)  # pragma: no cover - GPU
+        results = self.executable(*(to_numpy(t) for t in tensors))
+        results = results if isinstance(results, tuple) else (results,)
+        return [to_torch(a, s.element_type, device) for a, s in zip(results, self.outputs)]
+
+    def _run_on_device(self, run_device: Callable, tensors: Sequence[Any], device: Any) -> list:
+        # pragma: no cover - needs a GPU and the cuda runtime's run_device
+        inputs = [t.detach().contiguous() for t in tensors]
+        outputs = [
+            torch.empty(s.shape, dtype=TORCH_DTYPES[s.element_type], device=device)
+            for s in self.outputs
+        ]
+        stream = torch.cuda.current_stream(device).cuda_stream
+        run_device([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs],
+                   stream=stream)
+        return outputs
+
+
+class CompiledPartition(torch.nn.Module):
+    """One partition in the split graph: the compiled program, and the partition's own
+    ATen submodule, which runs instead (with a warning, and from then on) if the program
+    fails at call time (the CPU program is JIT-compiled on the first call)."""
+
+    def __init__(self, name: str, submodule: Any, program: Program):
+        super().__init__()
+        self.name = name
+        self.eager = submodule
+        self.program = program
+        self.failed = False  # the program failed once: the submodule runs from then on
+
+    def forward(self, *tensors: Any) -> tuple:
+        if not self.failed:
+            try:
+                return tuple(self.program.run(tensors))
+            except Exception as e:  # noqa: BLE001  (never fail the model: run it eagerly)
+                warn(f"partition {self.name} runs eagerly, not compiled: {reason(e)}")
+                self.failed = True
+        return self.eager(*tensors)
+
+
+class PartitionedProgram:
+    """An exported program, split and compiled (see the module docstring).
+
+    Args:
+        program: An ``ExportedProgram`` after ``decomposition_table()`` (its graph module
+            is split in place).
+        name: Prefix of the compiled functions' names.
+        strict: Raise a partition's compile error instead of leaving its ops eager.
+        **options: Passed to :func:`opfuse.compile` (``backend``, ``target``, ...).
+
+    Attributes:
+        partitions: The compiled partitions, in graph order.
+        eager: The ops left eager (:class:`EagerOp`), in graph order.
+    """
+
+    def __init__(self, program: Any, *, name: str = "forward", strict: bool = False,
+                 **options: Any):
+        self.signature = program.graph_signature
+        split = partition(program)
+        self.gm = split.gm
+        self.partitions: list[CompiledPartition] = []
+        self.eager: list[EagerOp] = list(split.eager)
+        for sub_name, sub in split.partitions:
+            try:
+                imported = import_graph_module(sub, name=f"{name}_{sub_name}")
+                executable = api.compile(imported.graph, **options)
+            except OpfuseError as e:
+                if strict:
+                    raise
+                self.eager += _partition_refused(sub, e)
+                continue
+            compiled = CompiledPartition(sub_name, sub, Program(imported, executable))
+            setattr(self.gm, sub_name, compiled)
+            self.partitions.append(compiled)
+        self.placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        if self.eager:
+            warn(eager_message(self.eager))
+
+    def __call__(self, flat_inputs: Sequence[Any]) -> list[Any]:
+        """The program's flat outputs for its flat inputs."""
+        return list(self.gm(*flat_inputs))
+
+    def check(self, flat_inputs: Sequence[Any], names: Sequence[str]) -> None:
+        """Every input has the shape and dtype compiled for (static shapes)."""
+        for name, node, t in zip(names, self.placeholders, flat_inputs):
+            val = node.meta.get("val")
+            want = (tuple(val.shape), val.dtype)
+            if (tuple(t.shape), t.dtype) != want:
+                raise OpfuseError(
+                    f"{name}: compiled for {want[1]} {want[0]}, got {t.dtype} "
+                    f"{tuple(t.shape)}; compile again for new shapes or dtypes"
+                )
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """Totals over the compiled partitions, each partition, and the ops left eager.
+
+        ``totals`` sums the partitions' own (``before``/``after``: kernels, bytes, flops);
+        ``eager_kernels`` counts the ops left eager (each at least one kernel of PyTorch's).
+        """
+        keys = ("kernels", "bytes", "flops")
+        totals = {side: {k: 0 for k in keys} for side in ("before", "after")}
+        rows = []
+        for p in self.partitions:
+            rep = p.program.executable.report
+            for side in totals:
+                for k in keys:
+                    totals[side][k] += rep["totals"][side].get(k, 0)
+            rows.append({
+                "name": p.name,
+                "ops": dict(p.program.imported.aten_ops),
+                "inputs": len(p.program.imported.inputs),
+                "eager_at_run_time": p.failed,
+                "kernels": {s: rep["totals"][s]["kernels"] for s in ("before", "after")},
+                "report": rep,
+            })
+        totals["launches_saved"] = totals["before"]["kernels"] - totals["after"]["kernels"]
+        totals["bytes_saved"] = totals["before"]["bytes"] - totals["after"]["bytes"]
+        return {
+            "totals": totals,
+            "partitions": rows,
+            "eager": [e.to_json() for e in self.eager],
+            "eager_kernels": len(self.eager),
+        }
+
+
+def _partition_refused(sub: Any, e: OpfuseError) -> list[EagerOp]:
+    """The compute ops of a partition that did not compile, left eager with its error."""
+    return [
+        EagerOp(_op_name(n.target), n.name, f"its partition did not compile: {reason(e)}",
+                _where(n))
+        for n in sub.graph.nodes
+        if n.op == "call_function" and _op_name(n.target) != "getitem"
+    ]
+
+
+def eager_message(eager: Sequence[EagerOp]) -> str:
+    """One line naming the ops left eager (each op once, with its first reason)."""
+    first: dict[str, EagerOp] = {}
+    for e in eager:
+        first.setdefault(e.op, e)
+    counts = Counter(e.op for e in eager)
+    listed = "; ".join(
+        f"{op}{f' (x{counts[op]})' if counts[op] > 1 else ''}: {e.reason} (at {e.where})"
+        for op, e in first.items()
+    )
+    return (f"{len(eager)} op(s) left eager, run by PyTorch between the compiled partitions: "
+            f"{listed}")
+
+
+def reason(e: BaseException) -> str:
+    if isinstance(e, OpfuseError):
+        return str(e)
+    return f"internal error: {type(e).__name__}: {e}"
+
+
+def to_numpy(t: Any) -> np.ndarray:
+    """A numpy view of ``t``'s data (host copy only for other devices); bf16 as uint16 bits,
+    bool as int8."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        return t.contiguous().view(torch.int16).numpy().view(np.uint16)
+    if t.dtype == torch.bool:
+        return t.numpy().view(np.int8)
+    return t.numpy()
+
+
+def to_torch(a: np.ndarray, element_type: str, device: Any) -> Any:
+    """A tensor sharing ``a``'s memory (each call's results are fresh arrays)."""
+    if element_type == "bf16":
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    elif element_type == "i8":
+        t = torch.from_numpy(a).view(torch.bool)
+    else:
+        t = torch.from_numpy(a)
+    return t if device.type == "cpu" else t.to(device)
