@@ -77,3 +77,12 @@ MATMUL_ROWS = env(
     "OPFUSE_MATMUL_ROWS",
     "rows of C per thread in GPU matmul kernels: 4 (default) or 8 (a tuning knob)",
 )
+MATMUL = env(
+    "OPFUSE_MATMUL",
+    "GPU matmul kernels: auto (tensor cores for f16/bf16, and for f32 with TF32 allowed), "
+    "mma, simt, or per kernel: fusion_3_output=simt,auto",
+)
+ALLOW_TF32 = env(
+    "OPFUSE_ALLOW_TF32",
+    "let f32 GPU matmuls use TF32 tensor cores (off by default, like PyTorch's allow_tf32)",
+)

@@ -1,4 +1,4 @@
-"""The shared-memory matmul emitter, emulated: staging layouts, tails, prologues, f16.
+"""The SIMT (FFMA) matmul emitter, emulated: staging layouts, tails, prologues, f16.
 
 Each case is compiled fused (matmul + epilogue, producers staged through the evaluator;
 results that leave transposed are stored through the permutation)
@@ -76,10 +76,10 @@ CASES = [
 ]
 
 
-def _run(g: Graph, fusion: bool):
+def _run(g: Graph, fusion: bool, **options):
     args = [g.random_inputs(0)[t.name] for t in g.inputs]
     exe = compile_cpu(g, fusion=fusion)
-    program = compile_module(exe._source, lower=False)
+    program = compile_module(exe._source, lower=False, **options)
     return program, emulate.run_program(program, args), g.reference(*args)
 
 
@@ -114,10 +114,11 @@ def test_bad_rows_per_thread_is_a_user_error(monkeypatch):
 
 
 def test_f16_operands_accumulate_in_f32():
+    """With matmul=simt (f16 operands get tensor cores by default: test_codegen_mma.py)."""
     g = Graph("f16_linear", dtype="f16")
     x, w = g.input("x", (33, 48)), g.input("w", (48, 40))
     g.output(g.matmul(x, w))
-    program, (got,), (want,) = _run(g, True)
+    program, (got,), (want,) = _run(g, True, matmul="simt")
     assert [k.emitter for k in program.kernels.values()] == ["matmul"]
     assert got.dtype == np.float16
     np.testing.assert_allclose(

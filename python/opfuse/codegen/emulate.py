@@ -3,7 +3,8 @@
 This is how the GPU kernels are tested on machines without a GPU. It interprets the IR
 the emitters produce (before outlining and lowering: ``gpu.launch`` bodies of ``arith``,
 ``math``, ``affine.apply``, ``memref``/``vector`` loads and stores, ``scf.if``/``scf.for``,
-``gpu.shuffle``, ``gpu.barrier``): each SSA value is a numpy array with one row per thread
+``gpu.shuffle``, ``gpu.barrier``; the tensor-core and ``cp.async`` ops of
+:mod:`opfuse.codegen.emulate_mma`): each SSA value is a numpy array with one row per thread
 of the whole grid, so one pass over the body runs every thread. Lockstep execution gives
 barriers and warp shuffles their meaning for free (every thread has executed everything
 before the barrier when the first one passes it); control flow is executed under a mask.
@@ -37,6 +38,7 @@ import numpy as np
 from mlir import ir
 
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
+from . import emulate_mma
 
 WARP = 32
 
@@ -101,6 +103,7 @@ class _Launch:
             np.zeros((nb, m.shape[0]), dtype=_storage_type(m.element_type)) for m in shared
         ]
         self.races = _RaceCheck(self, [str(m) for m in shared]) if racecheck and shared else None
+        self.copies = None  # cp.async copies in flight (emulate_mma.AsyncCopies)
 
     def where(self, g: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Block and thread coordinates of thread ``g``."""
@@ -272,6 +275,8 @@ class Emulator:
     def __init__(self, module: ir.Module, *, racecheck: bool = True):
         self.module = module
         self.racecheck = racecheck
+        #: What the tensor-core and async-copy ops did (ldmatrix bank conflicts, ...).
+        self.stats = emulate_mma.MmaStats()
         self.funcs = {}
         self.gpu_funcs = {}
         for op in module.body.operations:
@@ -362,6 +367,10 @@ class Emulator:
     def _op(self, op: ir.Operation, env: dict, mask: np.ndarray, L: _Launch) -> None:
         name = op.name
         get = lambda v: env[v]  # noqa: E731
+        extra = emulate_mma.HANDLERS.get(name)
+        if extra is not None:
+            extra(self, op, env, mask, L)
+            return
         if name == "arith.constant":
             env[op.results[0]] = _const(op)
             return
@@ -415,6 +424,9 @@ class Emulator:
         if name == "vector.from_elements":
             cols = [np.broadcast_to(np.asarray(get(v)), (L.n,)) for v in op.operands]
             env[op.results[0]] = np.stack(cols, axis=1)
+            return
+        if name == "vector.extract" and ir.VectorType(op.operands[0].type).rank > 1:
+            emulate_mma.vector_extract(self, op, env, mask, L)
             return
         if name == "vector.extract":
             pos = list(ir.DenseI64ArrayAttr(op.attributes["static_position"]))
@@ -509,6 +521,7 @@ class Emulator:
         """Record a shared-memory access of the active threads (``addr``: one element per
         thread, or a row of ``lanes`` elements per thread) with the race check."""
         if L.races is not None:
+            emulate_mma.check_access(L, mem[1], addr, mask, op, write)
             (L.races.on_write if write else L.races.on_read)(mem[1], addr, mask, op)
 
     def _if(self, op: ir.Operation, env: dict, mask: np.ndarray, L: _Launch) -> None:

@@ -209,6 +209,44 @@ class Evaluator:
             found.extend(sub)
         return found
 
+    def source(self, v: ir.Value, idx: Sequence[ir.AffineExpr]) -> tuple[Leaf, Index] | None:
+        """The parameter element ``v[idx]`` is a copy of, emitting nothing: ``(leaf,
+        index)`` when ``v`` is a parameter seen through reshapes, slices and generics
+        whose payload yields one of their inputs unchanged (transposes, broadcasts);
+        None when computing ``v`` takes arithmetic. The tensor-core matmul copies such
+        operands straight from global to shared memory (``cp.async``)."""
+        idx = tuple(idx)
+        leaf = self.leaf(v)
+        if leaf is not None:
+            return leaf, idx
+        op = op_of(v)
+        if op is None:
+            return None
+        if op.name == "tensor.expand_shape":
+            return self.source(op.operands[0], self._expand_source(op, idx))
+        if op.name == "tensor.collapse_shape":
+            return self.source(op.operands[0], self._collapse_source(op, idx))
+        if op.name == "tensor.extract_slice" and len(op.operands) == 1:
+            return self.source(op.operands[0], self._slice_source(op, idx))
+        if op.name == "tensor.reshape":
+            return self.source(op.operands[0], self._reshape_source(op, idx))
+        if op.name != "linalg.generic" or "reduction" in iterators_of(op):
+            return None
+        block = op.regions[0].blocks[0]
+        yielded = [o.operation for o in block.operations][-1].operands[result_number(v)]
+        n_in = n_inputs(op)
+        if not isinstance(yielded.owner, ir.Block) or yielded.owner != block:
+            return None
+        j = ir.BlockArgument(yielded).arg_number
+        if j >= n_in or not isinstance(op.operands[j].type, ir.ShapedType):
+            return None
+        maps = maps_of(op)
+        try:
+            point = loop_point(maps[n_in + result_number(v)], idx)
+        except Unsupported:
+            return None
+        return self.source(op.operands[j], compose(maps[j], point, len(self.kb.dims), self.ctx))
+
     def lanes_of(self, e: ir.AffineExpr):
         return analyze(e, self.vdim, self.lanes)
 

@@ -7,14 +7,15 @@ Stages (ARCHITECTURE.md): ``fused`` -> ``kernels`` (one host function with one
 ``gpu.launch`` per fused kernel, :attr:`GpuProgram.kernels_ir`) -> ``nvvm`` -> ``ptx`` ->
 ``cubin`` (when ptxas is there). Each fused function is given to the emitter of its kind,
 then to the fallback if that emitter does not cover it (the reason is kept in
-:attr:`GpuProgram.notes`):
+:attr:`GpuProgram.notes`; an emitter that is merely not chosen, like ``mma`` for f32
+operands without TF32, leaves no note):
 
 ========  ==================================================================
 kind      emitters, in order
 ========  ==================================================================
 loop      loop (16-byte vectors per thread), fallback
 input     rows (team per row, shuffles), fallback
-output    matmul (SIMT tile, epilogue in registers), fallback
+output    mma (tensor cores, cp.async pipeline), matmul (SIMT tile), fallback
 opaque    fallback (grid-stride loop)
 ========  ==================================================================
 """
@@ -31,10 +32,11 @@ from ..runtime.cache import KernelCache, make_key
 from ..runtime.schedule import HostSchedule, KernelSpec
 from . import host, nvptx
 from . import ptxas as ptxas_mod
-from .group import Group, is_view_only, prepare
+from .group import Group, NotChosen, is_view_only, prepare
 from .kernel import KernelBuilder, Unsupported
 from .loop import emit_fallback, emit_loop
-from .matmul import emit_matmul
+from .matmul import emit_matmul, emit_mma
+from .options import CodegenOptions
 from .rows import emit_rows
 
 STAGES = ("kernels", "nvvm", "ptx", "cubin")
@@ -42,13 +44,14 @@ STAGES = ("kernels", "nvvm", "ptx", "cubin")
 EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
     "loop": emit_loop,
     "rows": emit_rows,
+    "mma": emit_mma,
     "matmul": emit_matmul,
     "fallback": emit_fallback,
 }
 ORDER = {
     "loop": ("loop", "fallback"),
     "input": ("rows", "fallback"),
-    "output": ("matmul", "fallback"),
+    "output": ("mma", "matmul", "fallback"),
     "opaque": ("fallback",),
 }
 PTXAS_OPTIONS = ("-O3",)
@@ -119,6 +122,8 @@ def compile_module(
     want_nvvm: bool = False,
     isolate: bool = True,
     lower: bool = True,
+    matmul: str | None = None,
+    allow_tf32: bool | None = None,
 ) -> GpuProgram:
     """Compile an outlined module (``opfuse-outline`` output) for the GPU.
 
@@ -133,6 +138,11 @@ def compile_module(
         want_nvvm: keep the NVVM (LLVM dialect) text of each kernel.
         isolate: lower in a worker subprocess (LLVM fatal errors cannot kill the caller).
         lower: False stops after outlining (no PTX: enough for the emulator).
+        matmul: matmul kernel variant, for all kernels or per kernel (``auto``, ``mma``,
+            ``simt``, ``fusion_3_output=simt,auto``; default ``$OPFUSE_MATMUL`` or auto):
+            see :mod:`opfuse.codegen.options`.
+        allow_tf32: f32 matmuls may use TF32 tensor cores (default
+            ``$OPFUSE_ALLOW_TF32``, off).
 
     Raises:
         OpfuseError: a kernel no emitter can build, a failed lowering, a ptxas error.
@@ -142,6 +152,7 @@ def compile_module(
     for chip in targets:
         if chip not in nvptx.CHIPS:
             raise OpfuseError(f"unknown GPU target '{chip}' (known: {', '.join(nvptx.CHIPS)})")
+    options = CodegenOptions.resolve(matmul, allow_tf32, targets[0] if targets else "sm_90")
     module = outlined(module)
     host_func = find_entry(module, entry)
     funcs = _kernel_functions(module, host_func)
@@ -153,6 +164,7 @@ def compile_module(
     view_only: set[str] = set()
     for name, func in funcs.items():
         g = prepare(func)
+        g.options = options
         groups[name] = g
         if is_view_only(g):
             view_only.add(name)
@@ -241,6 +253,8 @@ def _emit(g: Group, kmod: ir.Module, notes: list[str]) -> tuple[str, KernelBuild
             # leaf has no index expression to take a context from) needs the ambient one.
             with kmod.context:
                 kb = EMITTERS[emitter](g, scratch, g.name)
+        except NotChosen:
+            continue
         except Unsupported as e:
             reasons.append(f"{emitter}: {e}")
             continue

@@ -18,6 +18,7 @@ from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 from ..ir import collect_diagnostics
 from .evaluate import Leaf, op_of
 from .kernel import Param, Unsupported, element_type_text, numel, shape_of
+from .options import CodegenOptions
 
 KIND_ATTR = "opfuse.kind"
 _RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
@@ -50,6 +51,8 @@ class Group:
     scratch: ir.Module
     params: list[Param] = field(default_factory=list)
     outputs: list[Output] = field(default_factory=list)
+    #: The user's code-generation choices (matmul variant, TF32, tuning target).
+    options: CodegenOptions = field(default_factory=CodegenOptions)
 
     @property
     def n_args(self) -> int:
@@ -126,3 +129,9 @@ def is_view_only(group: Group) -> bool:
 def require(cond: bool, why: str) -> None:
     if not cond:
         raise Unsupported(why)
+
+
+class NotChosen(Unsupported):
+    """An emitter that could build the group but is not the one chosen for it (the user's
+    options, or the operand types, say another variant): the driver moves on to the next
+    emitter without a note."""

@@ -1,45 +1,33 @@
-"""Matmul kernels ("output" groups): a shared-memory tiled SIMT contraction with the
-epilogue in registers.
+"""Matmul kernels ("output" groups): what both variants share.
 
-The group's contraction (``linalg.matmul`` / ``batch_matmul`` generalized, or any generic
-whose payload is ``acc + a * b`` with one M, one N, one K loop and any batch loops) gets a
-``16 x 16`` thread block covering a ``16·TM x 16·TN`` tile of C; each thread accumulates a
-``TM x TN`` tile in registers (``TM = 4`` rows, or 8: see ``TILE_M_CHOICES``; ``TN = 4``
-columns as one vector when N allows it) and ``grid.z`` runs over the batch.
+An output group is one contraction (``linalg.matmul`` / ``batch_matmul`` generalized, or
+any generic whose payload is ``acc + a * b`` with one M, one N, one K loop and any batch
+loops) and its epilogue (bias, activation, residual: elementwise consumers, possibly
+stored transposed). Two emitters build it:
 
-The K loop walks slabs of ``BK = 16``: the block stages the A slab (``16·TM x BK``) and
-the B slab (``BK x 16·TN``) in shared memory, synchronizes, runs ``BK`` rank-1 updates
-from shared memory, and synchronizes again so the next slab's stores wait for this slab's
-reads. Staging reads the operands through the evaluator, so producers fused into the group
-(transposes, head splits, reshapes, elementwise prologues) are computed once per element
-and block, not once per thread that uses it. Staging loads follow the operand's layout:
-the evaluator's address probe tells whether the operand's bytes run along K or along M/N,
-and consecutive threads take consecutive addresses along that loop, as 16-byte vectors
-where the sizes allow (``X @ W`` reads W's rows along N; ``Q @ Kᵀ`` reads K's rows along
-K instead of gathering columns). Slabs are stored K-major (``[BK][tile + PAD]``), so a
-thread reads its TM rows of A and its TN columns of B as vectors at each step.
+* :mod:`~opfuse.codegen.matmul_mma` ("mma"): tensor cores (``mma.sync`` through
+  :mod:`~opfuse.codegen.mma`), a ``cp.async`` multi-stage pipeline, the epilogue on the
+  accumulator fragments. For f16 and bf16 operands, and f32 ones with ``allow_tf32``.
+* :mod:`~opfuse.codegen.matmul_simt` ("matmul"): the FFMA kernel, shared-memory tiled;
+  the fall-back, and the f32 default.
 
-After the loop the accumulators are the contraction's values at the thread's points, and
-every output of the group (bias, GELU, residual: the epilogue) is evaluated from them and
-stored once. Tails: partial tiles clamp the rows and columns a thread reads (all loads
-stay in bounds) and mask its stores; a partial K slab stages zeros past K.
+Which one is the user's choice (``matmul=`` / ``$OPFUSE_MATMUL``, per kernel:
+:mod:`~opfuse.codegen.options`); by default tensor cores wherever they apply.
+
+This module: :class:`Contraction` (the group's contraction, its loops by role, how each
+output sits on C) and :func:`store_outputs` (evaluate and store every output of the group
+at one point of C, given the accumulators there).
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 from dataclasses import dataclass
-from typing import Callable
 
 from mlir import ir
-from mlir.dialects import arith, gpu, memref, vector
 
-from .. import config
-from ..errors import OpfuseError
+from ..errors import OpfuseError  # noqa: F401  (re-exported for the emitters' messages)
 from .evaluate import (
     Evaluator,
-    Val,
     compose,
     generic_domain,
     iterators_of,
@@ -49,34 +37,11 @@ from .evaluate import (
     op_of,
 )
 from .group import Group, require
-from .kernel import (
-    KernelBuilder,
-    Shared,
-    Unsupported,
-    delinearize,
-    element_bytes,
-    numel,
-    shape_of,
-    vector_width,
-)
-from .lanes import Kind, analyze
-
-THREADS = (16, 16)
-#: Rows of C per thread (the block tile is 16x that): 4, or 8 through
-#: ``$OPFUSE_MATMUL_ROWS`` (a 128-row tile: twice the reuse of every staged B element, more
-#: registers). A tuning knob until a GPU measures which wins (tools/gpu-check runs both).
-TILE_M_CHOICES = (4, 8)
-TILE_N = 4
-SLAB_K = 16
-#: Elements added to each shared-memory row: staging stores along K hit two banks per
-#: address instead of four, and rows stay 16-byte aligned for the vector reads.
-PAD = 4
-#: Elements per staging vector (16 bytes of f32); fewer when sizes or layout forbid.
-STAGE_LANES = 4
+from .kernel import KernelBuilder, Unsupported, numel, shape_of
 
 
 @dataclass(frozen=True)
-class _Loops:
+class Loops:
     """The contraction's loops by role (positions in its iteration domain)."""
 
     batch: list[int]
@@ -86,16 +51,116 @@ class _Loops:
     dom: list[int]
 
 
-def rows_per_thread() -> int:
-    """TILE_M: ``$OPFUSE_MATMUL_ROWS`` if set, else 4."""
-    value = config.MATMUL_ROWS.get()
-    if value is None:
-        return TILE_M_CHOICES[0]
-    if not value.strip().isdigit() or int(value) not in TILE_M_CHOICES:
-        raise OpfuseError(
-            f"OPFUSE_MATMUL_ROWS={value!r}: expected one of {', '.join(map(str, TILE_M_CHOICES))}"
+@dataclass
+class Contraction:
+    """The one contraction of an output group.
+
+    Attributes:
+        op: the ``linalg.generic`` (A x B -> C).
+        loops: its loops by role.
+        M, N, K: the loop sizes; ``batch_shape``: sizes of the batch loops.
+        a_type, b_type, c_type: element types of A, B and the accumulator C.
+        placements: per output index of the group, which dim of C each of the output's
+            dims is (``[1, 0]``: the output is C transposed).
+    """
+
+    op: ir.Operation
+    loops: Loops
+    M: int
+    N: int
+    K: int
+    batch_shape: list[int]
+    a_type: ir.Type
+    b_type: ir.Type
+    c_type: ir.Type
+    placements: dict[int, list[int]]
+
+    @property
+    def n_batch(self) -> int:
+        return numel(self.batch_shape)
+
+    @classmethod
+    def of(cls, group: Group) -> "Contraction":
+        op = _contraction(group)
+        loops = _loops(op)
+        dom = loops.dom
+        c_shape = shape_of(op.results[0].type)
+        placements = {}
+        for o in group.outputs:
+            place = _placement(o.value, op.results[0], len(c_shape))
+            require(
+                place is not None,
+                f"an output of shape {o.shape} that is not a permutation of the "
+                f"contraction's {c_shape}",
+            )
+            placements[o.index] = place
+        return cls(
+            op,
+            loops,
+            dom[loops.m],
+            dom[loops.n],
+            dom[loops.k],
+            [dom[b] for b in loops.batch],
+            ir.ShapedType(op.operands[0].type).element_type,
+            ir.ShapedType(op.operands[1].type).element_type,
+            ir.ShapedType(op.operands[2].type).element_type,
+            placements,
         )
-    return int(value)
+
+    def point(self, batch: list, m, n, k, ctx: ir.Context) -> list:
+        """The contraction's loop point for batch indices ``batch`` and ``m``, ``n``, ``k``
+        (affine expressions)."""
+        zero = ir.AffineConstantExpr.get(0, ctx)
+        p: list = [zero] * len(self.loops.dom)
+        for b, e in zip(self.loops.batch, batch):
+            p[b] = e
+        p[self.loops.m], p[self.loops.n], p[self.loops.k] = m, n, k
+        return p
+
+    def operand_index(self, j: int, point: list, kb: KernelBuilder) -> tuple:
+        """Index of operand ``j`` (0: A, 1: B, 2: C) read at loop point ``point``."""
+        return compose(maps_of(self.op)[j], point, len(kb.dims), kb.ctx)
+
+    def payload_is_mul_add(self) -> bool:
+        """The payload is ``acc + ext(a) * ext(b)`` (``ext``: nothing or ``arith.extf``):
+        the product tensor cores compute (exact products, f32 sums)."""
+        block = self.op.regions[0].blocks[0]
+        a_arg, b_arg, out = block.arguments
+        ops = [o.operation for o in block.operations]
+        ext = {}
+        for o in ops[:-1]:
+            if o.name == "arith.extf" and o.operands[0] in (a_arg, b_arg):
+                ext[o.results[0]] = o.operands[0]
+            elif o.name not in ("arith.mulf", "arith.addf"):
+                return False
+        muls = [o for o in ops if o.name == "arith.mulf"]
+        adds = [o for o in ops if o.name == "arith.addf"]
+        if len(muls) != 1 or len(adds) != 1 or ops[-1].operands[0] != adds[0].results[0]:
+            return False
+        factors = {ext.get(v, v) for v in muls[0].operands}
+        terms = set(adds[0].operands)
+        return factors == {a_arg, b_arg} and terms == {out, muls[0].results[0]}
+
+
+def store_outputs(
+    kb: KernelBuilder,
+    ev: Evaluator,
+    group: Group,
+    c: Contraction,
+    c_idx: tuple,
+    pred: ir.Value | None,
+) -> None:
+    """Evaluate every output of ``group`` at C's index ``c_idx`` (the accumulators there
+    are preset in ``ev``) and store it, under ``pred`` (None: always)."""
+    for o in group.outputs:
+        leaf = group.output_leaf(o, group.result_param(kb.params, o.index))
+        at = tuple(c_idx[k] for k in c.placements[o.index])  # the output's index of this point
+        val = ev.value(o.value, at)
+        if pred is None:
+            ev.store(leaf, at, val)
+        else:
+            with kb.if_(pred):
+                ev.store(leaf, at, val)
 
 
 def _contraction(group: Group) -> ir.Operation:
@@ -123,7 +188,7 @@ def _contraction(group: Group) -> ir.Operation:
     return op
 
 
-def _loops(op: ir.Operation) -> _Loops:
+def _loops(op: ir.Operation) -> Loops:
     its = iterators_of(op)
     uses = []
     for m in maps_of(op):
@@ -148,137 +213,7 @@ def _loops(op: ir.Operation) -> _Loops:
         len(m_dims) == 1 and len(n_dims) == 1 and len(k_dims) == 1,
         "a contraction without exactly one M, N and K loop",
     )
-    return _Loops(batch, m_dims[0], n_dims[0], k_dims[0], generic_domain(op))
-
-
-def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
-    op = _contraction(group)
-    loops = _loops(op)
-    dom = loops.dom
-    M, N, K = dom[loops.m], dom[loops.n], dom[loops.k]
-    c_shape = shape_of(op.results[0].type)
-    # each output's dims as a permutation of C's: identity, or a transposed result
-    placements = {o.index: _placement(o.value, op.results[0], len(c_shape)) for o in group.outputs}
-    for o in group.outputs:
-        require(
-            placements[o.index] is not None,
-            f"an output of shape {o.shape} that is not a permutation of the contraction's "
-            f"{c_shape}",
-        )
-    a_type = ir.ShapedType(op.operands[0].type).element_type
-    b_type = ir.ShapedType(op.operands[1].type).element_type
-    lanes = TILE_N if N % TILE_N == 0 else 1
-    tn = lanes
-    tm = rows_per_thread()
-    bm, bn, bk = THREADS[1] * tm, THREADS[0] * tn, min(SLAB_K, K)
-    lda, ldb = bm + PAD, bn + PAD
-    n_batch = numel([dom[b] for b in loops.batch])
-    grid = (-(-N // bn), -(-M // bm), n_batch)
-    require(grid[2] <= 65535 and grid[1] <= 65535, "too many tiles")
-    shared = [Shared(bk * lda, str(a_type)), Shared(bk * ldb, str(b_type))]
-    kb = KernelBuilder(module, name, group.params, grid, (THREADS[0], THREADS[1], 1), shared)
-    a_smem, b_smem = kb.shared
-    leaves = group.leaves(kb.params)
-    ev = Evaluator(kb, group.func, leaves, lanes=lanes)
-
-    bx, by, bz = (kb.add_dim(v) for v in kb.block_id)
-    tx, ty = kb.add_dim(kb.thread_id[0]), kb.add_dim(kb.thread_id[1])
-    # columns: one vector of `tn` per thread, clamped so partial tiles read in bounds
-    col = kb.apply(bx * bn + tx * tn)
-    col_ok = None
-    if N % bn:
-        col_ok = kb.cmp_lt(col, kb.index(N))
-        col = kb.min_index(col, kb.index(N - tn))
-    n_expr = kb.add_dim(col)
-    if lanes > 1:
-        ev.vdim = frozenset([n_expr.position])
-    rows, row_ok = [], []
-    for i in range(tm):
-        r = kb.apply(by * bm + ty * tm + i)
-        ok = None
-        if M % bm:
-            ok = kb.cmp_lt(r, kb.index(M))
-            r = kb.min_index(r, kb.index(M - 1))
-        rows.append(kb.add_dim(r))
-        row_ok.append(ok)
-    batch_exprs = delinearize(bz, [dom[b] for b in loops.batch]) if loops.batch else []
-    zero = ir.AffineConstantExpr.get(0, kb.ctx)
-
-    def point(m_expr, n_e, k_expr) -> list:
-        p: list = [zero] * len(dom)
-        for b, e in zip(loops.batch, batch_exprs):
-            p[b] = e
-        p[loops.m], p[loops.n], p[loops.k] = m_expr, n_e, k_expr
-        return p
-
-    maps = maps_of(op)
-
-    def operand_index(j: int, p: list) -> tuple:
-        return compose(maps[j], p, len(kb.dims), kb.ctx)
-
-    c_points = [operand_index(2, point(rows[i], n_expr, zero)) for i in range(tm)]
-    inits = [ev.value(op.operands[2], c_points[i]) for i in range(tm)]
-    init_ssa = [ev.as_vector(v) for v in inits]
-    tid = tx + ty * THREADS[0]
-    slabs = [
-        _Slab(0, a_smem, lda, bm, M, by * bm, lambda g, k: point(g, zero, k)),
-        _Slab(1, b_smem, ldb, bn, N, bx * bn, lambda g, k: point(zero, g, k)),
-    ]
-
-    def body(iv, accs):
-        k0 = kb.add_dim(iv)
-        for slab in slabs:
-            _stage(kb, group, leaves, op, slab, tid, k0, bk, K)
-        with kb.emitting():
-            gpu.barrier()
-        accs = [Val(a, lanes == 1) for a in accs]
-        a_vt = ir.VectorType.get([tm], a_type)
-        ev.contract = True
-        for kk in range(bk):
-            k_expr = k0 + kk if kk else k0
-            a_addr = kb.apply(ty * tm + kk * lda)
-            b_addr = kb.apply(tx * tn + kk * ldb)
-            with kb.emitting():
-                a_vec = vector.load(
-                    a_vt, a_smem, [a_addr], alignment=min(16, element_bytes(a_type) * tm)
-                )
-                a_vals = [vector.extract(a_vec, [], [i]) for i in range(tm)]
-                if tn > 1:
-                    b_vt = ir.VectorType.get([tn], b_type)
-                    b_val = Val(
-                        vector.load(b_vt, b_smem, [b_addr], alignment=element_bytes(b_type) * tn),
-                        False,
-                    )
-                else:
-                    b_val = Val(memref.load(b_smem, [b_addr]), True)
-            for i in range(tm):
-                p = point(rows[i], n_expr, k_expr)
-                ev.preset(op.operands[0], operand_index(0, p), Val(a_vals[i], True))
-                ev.preset(op.operands[1], operand_index(1, p), b_val)
-                res = ev.payload(op, p, [accs[i]])[0]
-                accs[i] = Val(ev.as_vector(res), lanes == 1)
-        ev.contract = False
-        with kb.emitting():
-            gpu.barrier()
-        return [a.ssa for a in accs]
-
-    finals = kb.for_(kb.index(0), kb.index(K), kb.index(bk), init_ssa, body)
-    for i in range(tm):
-        ev.preset(op.results[0], c_points[i], Val(finals[i], lanes == 1))
-    for o in group.outputs:
-        leaf = group.output_leaf(o, group.result_param(kb.params, o.index))
-        place = placements[o.index]
-        for i in range(tm):
-            at = tuple(c_points[i][k] for k in place)  # the output index of this C point
-            val = ev.value(o.value, at)
-            pred = kb.and_(row_ok[i], col_ok)
-            if pred is None:
-                ev.store(leaf, at, val)
-            else:
-                with kb.if_(pred):
-                    ev.store(leaf, at, val)
-    kb.vector_lanes = lanes
-    return kb
+    return Loops(batch, m_dims[0], n_dims[0], k_dims[0], generic_domain(op))
 
 
 def _placement(v: ir.Value, c: ir.Value, rank: int) -> list[int] | None:
@@ -324,98 +259,20 @@ def _pull(v: ir.Value, c: ir.Value, idx: list, n: int) -> list | None:
     return None
 
 
-@dataclass(frozen=True)
-class _Slab:
-    """One operand's slab in shared memory: ``[BK][ld]``, K-major.
+def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
+    """The SIMT (FFMA) kernel (see :mod:`~opfuse.codegen.matmul_simt`)."""
+    from .matmul_simt import emit_simt
 
-    Attributes:
-        operand: 0 (A) or 1 (B).
-        smem: the workgroup buffer.
-        ld: elements per shared row (the tile extent plus PAD).
-        extent: tile extent along the operand's other loop (M for A, N for B).
-        size: the other loop's full size.
-        base: the tile's first index along the other loop (an affine expression).
-        point: (other index, k index) -> contraction loop point.
-    """
-
-    operand: int
-    smem: ir.Value
-    ld: int
-    extent: int
-    size: int
-    base: ir.AffineExpr
-    point: Callable[[ir.AffineExpr, ir.AffineExpr], list]
+    return emit_simt(group, module, name)
 
 
-def _stage(kb, group, leaves, op, slab: _Slab, tid, k0, bk: int, K: int) -> None:
-    """Every thread copies its share of the slab from the operand (through the evaluator)
-    into shared memory, consecutive threads along the operand's consecutive addresses."""
-    along_k, lanes = _staging_layout(kb, group, leaves, op, slab, bk, K)
-    value = op.operands[slab.operand]
-    elem = ir.ShapedType(value.type).element_type
-    n_threads = THREADS[0] * THREADS[1]
-    slots = slab.extent * bk // lanes
-    per_row = (bk if along_k else slab.extent) // lanes
-    k_tail = K % bk != 0
-    for first in range(0, slots, n_threads):
-        s = tid + first if first else tid
-        with kb.at(kb.ip):  # a scope per pass: its index variables and values stay in it
-            guard = None
-            if first + n_threads > slots:
-                guard = kb.cmp_lt(kb.apply(s), kb.index(slots))
-            with kb.if_(guard) if guard is not None else contextlib.nullcontext():
-                row = ir.AffineExpr.get_floor_div(s, per_row)
-                lane0 = ir.AffineExpr.get_mod(s, per_row) * lanes
-                other, kofs = (row, lane0) if along_k else (lane0, row)
-                g_other = kb.apply(slab.base + other)
-                if slab.size % slab.extent:
-                    g_other = kb.min_index(g_other, kb.index(slab.size - (1 if along_k else lanes)))
-                g_k = kb.apply(k0 + kofs)
-                k_ok = kb.cmp_lt(g_k, kb.index(K)) if k_tail else None
-                if k_tail:
-                    g_k = kb.min_index(g_k, kb.index(K - (lanes if along_k else 1)))
-                o_dim, k_dim = kb.add_dim(g_other), kb.add_dim(g_k)
-                vdim = k_dim if along_k else o_dim
-                ev = Evaluator(kb, group.func, leaves, lanes=lanes, vdim=vdim.position)
-                idx = compose(
-                    maps_of(op)[slab.operand], slab.point(o_dim, k_dim), len(kb.dims), kb.ctx
-                )
-                val = ev.value(value, idx)
-                x = ev.as_vector(val)
-                if k_ok is not None:
-                    zero = kb.const(x.type, 0)
-                    with kb.emitting():
-                        x = arith.select(k_ok, x, zero)
-                base = kb.apply(kofs * slab.ld + other)
-                with kb.emitting():
-                    if lanes == 1:
-                        memref.store(x, slab.smem, [base])
-                    elif not along_k:
-                        vector.store(x, slab.smem, [base], alignment=element_bytes(elem) * lanes)
-                    else:
-                        for j in range(lanes):
-                            addr = kb.apply((kofs + j) * slab.ld + other)
-                            memref.store(vector.extract(x, [], [j]), slab.smem, [addr])
+def emit_mma(group: Group, module: ir.Module, name: str) -> KernelBuilder:
+    """The tensor-core kernel (see :mod:`~opfuse.codegen.matmul_mma`); raises a quiet
+    Unsupported (no note) where the SIMT kernel is the choice: f32 operands without TF32,
+    or ``matmul=simt`` for this kernel."""
+    from .matmul_mma import emit_mma as emit
+
+    return emit(group, module, name)
 
 
-def _staging_layout(kb, group, leaves, op, slab: _Slab, bk: int, K: int) -> tuple[bool, int]:
-    """(along K?, lanes): the loop whose consecutive indices are consecutive addresses in
-    the operand's buffers (from the evaluator's address probe), and the vector width
-    the sizes allow along it (no vector may straddle the end of its loop)."""
-    n = len(kb.dims)
-    o_probe = ir.AffineDimExpr.get(n, kb.ctx)
-    k_probe = ir.AffineDimExpr.get(n + 1, kb.ctx)
-    probe = Evaluator(kb, group.func, leaves)
-    idx = compose(maps_of(op)[slab.operand], slab.point(o_probe, k_probe), n + 2, kb.ctx)
-    addrs = probe.addresses(op.operands[slab.operand], idx, n + 2) or []
-
-    def contiguous(d: int) -> int:
-        return sum(analyze(a, frozenset([d]), STAGE_LANES).kind == Kind.CONTIG for a in addrs)
-
-    along_k = contiguous(n + 1) > contiguous(n)
-    elem = ir.ShapedType(op.operands[slab.operand].type).element_type
-    inner, whole = (bk, K) if along_k else (slab.extent, slab.size)
-    return along_k, min(STAGE_LANES, vector_width(elem, math.gcd(inner, whole)))
-
-
-__all__ = ["emit_matmul"]
+__all__ = ["Contraction", "Loops", "emit_matmul", "emit_mma", "store_outputs"]

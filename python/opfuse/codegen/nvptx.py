@@ -38,11 +38,13 @@ CHIPS = ("sm_80", "sm_90")
 _LOWERING = [
     # The NVVM target attribute drives gpu-module-to-binary (chip, LLVM -O3).
     "nvvm-attach-target{{chip={chip} O=3}}",
-    # Inside each kernel module: views to plain strided memrefs, affine index math to arith,
-    # structured control flow to branches, vectors (with the alignment each vector.load
-    # carries) to LLVM, then gpu+arith+math+memref to NVVM with one pointer per memref
-    # (bare pointers: the runtime passes device addresses, nothing else).
-    "gpu.module(expand-strided-metadata, lower-affine, convert-scf-to-cf, "
+    # Inside each kernel module: the tensor-core and async-copy ops (nvgpu.ldmatrix,
+    # nvgpu.device_async_copy, ...) to NVVM first (they take memref operands), views to
+    # plain strided memrefs, affine index math to arith, structured control flow to
+    # branches, vectors (with the alignment each vector.load carries) to LLVM, then
+    # gpu+arith+math+memref to NVVM with one pointer per memref (bare pointers: the
+    # runtime passes device addresses, nothing else).
+    "gpu.module(convert-nvgpu-to-nvvm, expand-strided-metadata, lower-affine, convert-scf-to-cf, "
     "convert-vector-to-llvm, convert-gpu-to-nvvm{{use-bare-ptr-memref-call-conv=1}}, "
     "canonicalize, cse, reconcile-unrealized-casts)",
 ]

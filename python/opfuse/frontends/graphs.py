@@ -1,8 +1,10 @@
-"""The benchmark graphs G1–G8, written with the builder (all f32).
+"""The benchmark graphs G1–G8, written with the builder (f32 by default).
 
 ``graphs()`` gives them at full size (what ``examples/make_graphs.py`` writes to
 ``examples/*.mlir``); ``graphs(small=True)`` (or ``scale=N``) divides every size by 8 (N)
-but keeps head counts, for fast tests on the CPU. ``example_inputs`` gives inputs whose
+but keeps head counts, for fast tests on the CPU; ``graphs(dtype="bf16")`` (or ``f16``)
+gives the same graphs with every input in that element type (what real models run in:
+the tensor-core matmul kernels are for these). ``example_inputs`` gives inputs whose
 activations stay O(1), so references compare at f32 tolerances.
 """
 
@@ -19,12 +21,13 @@ SMALL_SCALE = 8
 Size = Callable[[int], int]  # full-size dimension -> dimension at the chosen scale
 
 
-def graphs(scale: int = 1, *, small: bool = False) -> dict[str, Graph]:
+def graphs(scale: int = 1, *, small: bool = False, dtype: str = "f32") -> dict[str, Graph]:
     """All G graphs by name (``g1_mlp`` … ``g8_x_minus_mean``), in order.
 
     Args:
         scale: Divide every size (batch, sequence, features) by this; head counts stay.
         small: Shorthand for ``scale=8``.
+        dtype: Element type of every input (``f32``, ``f16`` or ``bf16``).
     """
     scale = SMALL_SCALE if small else scale
     if scale < 1:
@@ -33,7 +36,7 @@ def graphs(scale: int = 1, *, small: bool = False) -> dict[str, Graph]:
     def s(n: int) -> int:
         return max(1, n // scale)
 
-    return {name: build(s) for name, build in _GRAPHS.items()}
+    return {name: build(s, dtype) for name, build in _GRAPHS.items()}
 
 
 def example_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -47,10 +50,10 @@ def example_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return inputs
 
 
-def g1_mlp(s: Size) -> Graph:
+def g1_mlp(s: Size, dtype: str = "f32") -> Graph:
     n, d = s(2048), s(256)
     doc = f"G1 seed MLP: x {n}x{d}, Linear({d},{d}) -> GELU(tanh) -> Linear({d},{d}) -> GELU"
-    g = Graph("g1_mlp", doc=doc)
+    g = Graph("g1_mlp", dtype=dtype, doc=doc)
     x = g.input("x", (n, d))
     w1, b1 = g.input("w1", (d, d)), g.input("b1", (d,))
     w2, b2 = g.input("w2", (d, d)), g.input("b2", (d,))
@@ -59,48 +62,48 @@ def g1_mlp(s: Size) -> Graph:
     return g
 
 
-def g2_elementwise_chain(s: Size) -> Graph:
+def g2_elementwise_chain(s: Size, dtype: str = "f32") -> Graph:
     n = s(4096)
     doc = f"G2 elementwise chain relu(tanh(x*a+b)*c+d), x {n}x{n}, a b c d row vectors ({n},)"
-    g = Graph("g2_elementwise_chain", doc=doc)
+    g = Graph("g2_elementwise_chain", dtype=dtype, doc=doc)
     x = g.input("x", (n, n))
     a, b, c, d = (g.input(v, (n,)) for v in "abcd")
     g.output(g.relu(g.tanh(x * a + b) * c + d))
     return g
 
 
-def g3_softmax(s: Size) -> Graph:
+def g3_softmax(s: Size, dtype: str = "f32") -> Graph:
     n = s(4096)
-    g = Graph("g3_softmax", doc=f"G3 softmax over the last axis of {n}x{n}")
+    g = Graph("g3_softmax", dtype=dtype, doc=f"G3 softmax over the last axis of {n}x{n}")
     g.output(g.softmax(g.input("x", (n, n)), axis=-1))
     return g
 
 
-def g4_layernorm(s: Size) -> Graph:
+def g4_layernorm(s: Size, dtype: str = "f32") -> Graph:
     n = s(4096)
     doc = f"G4 layernorm with weight and bias over the last axis of {n}x{n}, eps 1e-5"
-    g = Graph("g4_layernorm", doc=doc)
+    g = Graph("g4_layernorm", dtype=dtype, doc=doc)
     x, w, b = g.input("x", (n, n)), g.input("weight", (n,)), g.input("bias", (n,))
     g.output(g.layernorm(x, w, b, eps=1e-5))
     return g
 
 
-def g5_attention(s: Size) -> Graph:
+def g5_attention(s: Size, dtype: str = "f32") -> Graph:
     b, h, t, d = s(8), 8, s(512), s(64)
     doc = f"G5 attention softmax(Q K^T / sqrt({d})) V, Q K V [{b},{h},{t},{d}]"
-    g = Graph("g5_attention", doc=doc)
+    g = Graph("g5_attention", dtype=dtype, doc=doc)
     q, k, v = (g.input(n, (b, h, t, d)) for n in ("q", "k", "v"))
     g.output(_attention(g, q, k, v))
     return g
 
 
-def g6_encoder_layer(s: Size) -> Graph:
+def g6_encoder_layer(s: Size, dtype: str = "f32") -> Graph:
     b, t, dm, heads, ff = s(8), s(256), s(512), 8, s(2048)
     doc = (
         f"G6 pre-norm transformer encoder layer: batch {b}, seq {t}, d_model {dm}, "
         f"{heads} heads, FFN {ff}, GELU(tanh)"
     )
-    g = Graph("g6_encoder_layer", doc=doc)
+    g = Graph("g6_encoder_layer", dtype=dtype, doc=doc)
     x = g.input("x", (b, t, dm))
     p = {"ln1_w": g.input("ln1_w", (dm,)), "ln1_b": g.input("ln1_b", (dm,))}
     for proj in "qkvo":
@@ -128,13 +131,13 @@ def g6_encoder_layer(s: Size) -> Graph:
     return g
 
 
-def g7_rmsnorm_swiglu(s: Size) -> Graph:
+def g7_rmsnorm_swiglu(s: Size, dtype: str = "f32") -> Graph:
     n, d, f = s(4096), s(1024), s(2816)
     doc = (
         f"G7 RMSNorm + SwiGLU MLP: x {n}x{d}, h = rmsnorm(x), "
         f"out = (silu(h @ w_gate) * (h @ w_up)) @ w_down, hidden {f}"
     )
-    g = Graph("g7_rmsnorm_swiglu", doc=doc)
+    g = Graph("g7_rmsnorm_swiglu", dtype=dtype, doc=doc)
     x, w = g.input("x", (n, d)), g.input("norm_w", (d,))
     w_gate, w_up = g.input("w_gate", (d, f)), g.input("w_up", (d, f))
     w_down = g.input("w_down", (f, d))
@@ -145,9 +148,9 @@ def g7_rmsnorm_swiglu(s: Size) -> Graph:
     return g
 
 
-def g8_x_minus_mean(s: Size) -> Graph:
+def g8_x_minus_mean(s: Size, dtype: str = "f32") -> Graph:
     n = s(4096)
-    g = Graph("g8_x_minus_mean", doc=f"G8 x - mean(x, axis=-1, keepdims=True), {n}x{n}")
+    g = Graph("g8_x_minus_mean", dtype=dtype, doc=f"G8 x - mean(x, axis=-1, keepdims=True), {n}x{n}")
     x = g.input("x", (n, n))
     g.output(x - g.mean(x, axis=-1, keepdims=True))
     return g
@@ -167,7 +170,7 @@ def _linear(g: Graph, x: Tensor, w: Tensor, b: Tensor, name: str) -> Tensor:
     return g.add(g.matmul(x, w, name=name), b, name=f"{name}.bias")
 
 
-_GRAPHS: dict[str, Callable[[Size], Graph]] = {
+_GRAPHS: dict[str, Callable[[Size, str], Graph]] = {
     f.__name__: f
     for f in (
         g1_mlp,

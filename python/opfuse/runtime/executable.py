@@ -331,10 +331,12 @@ class Executable:
         ``path``; see :mod:`opfuse.runtime.bundle`. Returns the path."""
         from ..codegen import bundle
 
-        program = self.gpu_program(targets, **{k: v for k, v in options.items() if k == "ptxas"})
+        codegen = ("ptxas", "matmul", "allow_tf32")  # compile_module's choices
+        program = self.gpu_program(targets, **{k: v for k, v in options.items() if k in codegen})
         report = self.report if isinstance(self.report, dict) else None
+        rest = {k: v for k, v in options.items() if k not in codegen[1:]}
         return bundle.write(path, self._source, targets=targets, program=program,
-                            entry=self.entry, report=_json_safe(report), **options)
+                            entry=self.entry, report=_json_safe(report), **rest)
 
     def _compiled(self):
         if self._program is None:

@@ -1,0 +1,159 @@
+"""Analytic kernel-time estimates for a GPU we do not have (always labelled "estimate").
+
+From what the compiler knows of a kernel (launch shape, registers per thread from ptxas or
+a formula, shared memory, executed FLOPs, device bytes) and a device description, the
+estimate is the larger of
+
+* compute: the busiest SM runs ``ceil(blocks / SMs)`` blocks; its share of the device's
+  peak (tensor-core ``mma.sync`` for MMA kernels, FFMA otherwise) bounds how fast;
+* memory: the kernel's device-memory bytes at the device's bandwidth, and the bytes its
+  blocks read from L2 (a matmul's operand tiles, each read by every block of its row or
+  column of the grid) at the L2's (an assumed 2x the DRAM bandwidth);
+
+next to occupancy (blocks per SM from registers, shared memory and threads; the fraction
+of the SM's thread slots they fill) and waves (``ceil(blocks / (SMs x blocks per SM))``).
+It does not model latency (a kernel with too few warps to hide load latency is slower
+than this), L2 traffic or clock throttling: it shows the gap to the roofline that tiling
+and occupancy explain, and ``tools/gpu-check`` measures the rest on a device.
+
+The matmul emitter uses the same model to choose block tiles (:mod:`.matmul_tiles`), and
+the benchmark suite reports it per matmul kernel next to the roofline
+(``max(FLOPs / peak, bytes / bandwidth)`` with the device's best peak for the operand type).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Device:
+    """Datasheet figures of one GPU (dense peaks, no sparsity).
+
+    Attributes:
+        name: marketing name; ``chip``: the PTX target it runs.
+        sms: streaming multiprocessors.
+        regs_per_sm, max_threads_per_sm, max_blocks_per_sm: per-SM limits.
+        smem_per_sm: shared memory blocks may use per SM (bytes); ``smem_per_block``
+            the static limit of one block.
+        dram_bps: device-memory bandwidth (bytes/s).
+        ffma_flops: f32 FMA peak (FLOP/s, 2 per FMA).
+        tensor_flops: dense tensor-core peak per operand kind (the roofline's).
+        mma_sync_flops: what ``mma.sync`` reaches per kind (on Hopper the warpgroup
+            instruction ``wgmma`` is needed for the full tensor peak).
+    """
+
+    name: str
+    chip: str
+    sms: int
+    dram_bps: float
+    ffma_flops: float
+    tensor_flops: dict = field(default_factory=dict)
+    mma_sync_flops: dict = field(default_factory=dict)
+    regs_per_sm: int = 65536
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    smem_per_sm: int = 228 * 1024
+    smem_per_block: int = 48 * 1024
+
+    @property
+    def l2_bps(self) -> float:
+        return 2.0 * self.dram_bps
+
+
+# H200 SXM: 132 SMs at 1.98 GHz boost, HBM3e 4.8 TB/s, dense FP16/BF16 989 TFLOP/s, TF32 494,
+# FP32 67 (NVIDIA's H200 datasheet; the SM is the H100's). mma.sync on Hopper: assumed 62 %
+# of the wgmma peak (the figure microbenchmark papers report for H800), until gpu-check
+# measures it. A100 80GB SXM: 108 SMs, 2.04 TB/s, FP16/BF16 312, TF32 156, FP32 19.5;
+# mma.sync is Ampere's native tensor-core instruction (its peak is the datasheet's).
+H200 = Device(
+    "H200 SXM",
+    "sm_90",
+    sms=132,
+    dram_bps=4.8e12,
+    ffma_flops=66.9e12,
+    tensor_flops={"f16": 989.4e12, "bf16": 989.4e12, "tf32": 494.7e12},
+    mma_sync_flops={"f16": 0.62 * 989.4e12, "bf16": 0.62 * 989.4e12, "tf32": 0.62 * 494.7e12},
+)
+A100 = Device(
+    "A100 80GB SXM",
+    "sm_80",
+    sms=108,
+    dram_bps=2.039e12,
+    ffma_flops=19.5e12,
+    tensor_flops={"f16": 312e12, "bf16": 312e12, "tf32": 156e12},
+    mma_sync_flops={"f16": 312e12, "bf16": 312e12, "tf32": 156e12},
+    smem_per_sm=164 * 1024,
+)
+DEVICES = {"sm_90": H200, "sm_80": A100}
+
+
+def device(chip: str) -> Device:
+    """The device estimates are made for when compiling for ``chip`` (sm_90: H200)."""
+    return DEVICES.get(chip, H200)
+
+
+def blocks_per_sm(dev: Device, threads: int, registers: int, smem: int) -> int:
+    """Resident blocks per SM: registers (allocated per warp in units of 256), shared
+    memory (plus the 1 KB the driver reserves per block), thread slots, the block cap."""
+    warps = -(-threads // 32)
+    regs_per_warp = -(-max(1, registers) * 32 // 256) * 256
+    by_regs = dev.regs_per_sm // (regs_per_warp * warps)
+    by_smem = dev.smem_per_sm // (smem + 1024) if smem else dev.max_blocks_per_sm
+    by_threads = dev.max_threads_per_sm // (warps * 32)
+    return max(0, min(by_regs, by_smem, by_threads, dev.max_blocks_per_sm))
+
+
+def kernel_estimate(
+    dev: Device,
+    *,
+    grid: tuple,
+    threads: int,
+    registers: int,
+    smem: int,
+    flops: float,
+    bytes_: float,
+    kind: str | None,
+    l2_bytes: float = 0.0,
+) -> dict:
+    """The estimate of one kernel (module docstring) as a JSON-ready dict.
+
+    Args:
+        flops: FLOPs the kernel executes (tiles padded to their full size for MMA).
+        bytes_: device-memory bytes read and written.
+        l2_bytes: bytes the blocks read through L2 (0: not known).
+        kind: ``f16``, ``bf16``, ``tf32`` for tensor-core kernels, None for FFMA.
+    """
+    blocks = math.prod(grid)
+    bps = blocks_per_sm(dev, threads, registers, smem)
+    peak = dev.mma_sync_flops[kind] if kind else dev.ffma_flops
+    if bps == 0:
+        return {"not_available": f"a block does not fit on an SM ({registers} registers, "
+                                 f"{smem} bytes of shared memory, {threads} threads)"}
+    per_sm = -(-blocks // dev.sms)  # blocks the busiest SM runs, one after another or together
+    t_compute = per_sm * (flops / blocks) / (peak / dev.sms)
+    t_memory = max(bytes_ / dev.dram_bps, l2_bytes / dev.l2_bps)
+    t = max(t_compute, t_memory)
+    return {
+        "device": dev.name,
+        "estimate_s": t,
+        "compute_s": t_compute,
+        "memory_s": t_memory,
+        "bound": "compute" if t_compute >= t_memory else "memory",
+        "blocks": blocks,
+        "blocks_per_sm": bps,
+        "waves": -(-blocks // (dev.sms * bps)),
+        "occupancy": round(min(bps, per_sm) * threads / dev.max_threads_per_sm, 4),
+        "peak_flops_used": peak,
+    }
+
+
+def roofline(dev: Device, flops: float, bytes_: float, kind: str | None) -> float:
+    """Seconds at the device's best: FLOPs at its peak for the operand kind (the dense
+    tensor peak for f16/bf16/tf32, FFMA for f32), bytes at its bandwidth."""
+    peak = dev.tensor_flops[kind] if kind else dev.ffma_flops
+    return max(flops / peak, bytes_ / dev.dram_bps)
+
+
+__all__ = ["A100", "DEVICES", "Device", "H200", "blocks_per_sm", "device", "kernel_estimate", "roofline"]
