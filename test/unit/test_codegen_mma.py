@@ -34,9 +34,10 @@ from test_codegen_common import compile_cpu, inputs_of
 TOL = {"f16": 1e-2, "bf16": 3e-2, "f32": 5e-3}
 
 
-def emulated(g: Graph, **options):
-    """(program, emulator, outputs as float64, reference as float64) of ``g``'s kernels."""
-    args = inputs_of(g)
+def emulated(g: Graph, inputs=None, **options):
+    """(program, emulator, outputs as float64, reference as float64) of ``g``'s kernels,
+    on ``inputs`` (default: the graph's example inputs)."""
+    args = inputs_of(g) if inputs is None else inputs
     program = compile_module(compile_cpu(g)._source, lower=False, **options)
     emu = emulate.Emulator(parse_module(program.outlined_ir, make_context()))
 
