@@ -27,7 +27,7 @@ from mlir import ir
 
 from opfuse.analysis.graph import GROUP_ATTR, FuncGraph, Node, functions, value_bytes
 from opfuse.analysis.groups import Group, Planner
-from opfuse.analysis.opinfo import OpKind, forget
+from opfuse.analysis.opinfo import OpKind, forget, op_key
 from opfuse.report import ledger
 from opfuse.ir import format_location
 
@@ -56,8 +56,8 @@ def run(module: ir.Module, options: Options = Options()) -> None:
         if not any(node.kind in _MOVERS for node in graph.nodes):
             continue  # nothing to move: leave the groups as they are
         planner = Planner(graph, NAME, options)
-        if options.duplicate and _duplicate_producers(planner, options):
-            planner = Planner(FuncGraph(func_op), NAME, options)  # the IR changed
+        if options.duplicate:
+            planner = _duplicate_all(func_op, planner, options)
         _merge(planner)
         planner.write_back()
 
@@ -66,13 +66,42 @@ def _is_mover(g: Group) -> bool:
     return g.kinds <= _MOVERS
 
 
-def _duplicate_producers(planner: Planner, options: Options) -> bool:
-    """Duplicate multi-consumer movers where the model says so; True if the IR changed."""
-    changed = False
+#: Rounds of duplication per function: a chain of movers (collapse -> expand, each with
+#: several consumers) needs one round per link, since a duplicated producer changes what
+#: its consumers read. Real chains are a few links long.
+_MAX_ROUNDS = 8
+
+
+def _duplicate_all(func_op: ir.Operation, planner: Planner, options: Options) -> Planner:
+    """Duplicate movers round by round, re-planning after each round that changed the IR
+    (the graph of the round before describes erased ops); returns the current planner."""
+    decided: set[int] = set()  # op_key of movers already decided (the ledger has them)
+    for _ in range(_MAX_ROUNDS):
+        changed, pending = _duplicate_producers(planner, options, decided)
+        if not changed and not pending:
+            break
+        # the IR changed: re-plan; a producer of what was duplicated may now have several
+        # consumers itself (a collapse feeding the copies of an expand)
+        planner = Planner(FuncGraph(func_op), NAME, options)
+    return planner
+
+
+def _duplicate_producers(planner: Planner, options: Options,
+                         decided: set[int]) -> tuple[bool, bool]:
+    """Duplicate multi-consumer movers where the model says so. Returns (whether the IR
+    changed, whether a mover was left for the next round because what it reads was
+    duplicated in this one)."""
+    changed = pending = False
     graph = planner.graph
+    stale: set[ir.Value] = set()  # values whose producer or readers this round rewrote
     for node in list(graph.nodes):
+        if op_key(node.op) in decided:
+            continue
         p = planner.group(node.index)
         if len(p.members) != 1 or not _is_mover(p) or len(node.results) != 1:
+            continue
+        if any(v in stale for v in node.reads):  # its producer was erased: next round
+            pending = True
             continue
         consumers = planner.consumer_groups(p)
         if len(consumers) < 2:
@@ -84,6 +113,7 @@ def _duplicate_producers(planner: Planner, options: Options) -> bool:
         q_dup = in_bytes * len(consumers) + (out_bytes if v in graph.returned else 0)
         numbers = {"q_keep": q_keep, "q_dup": q_dup, "copies": len(consumers),
                    "w_extra": node.info.flops * (len(consumers) - 1)}
+        decided.add(op_key(node.op))
         ok = q_dup < q_keep and len(consumers) <= options.max_duplicates
         reason = (f"recompute moves {q_dup} B < round trip {q_keep} B" if ok else
                   f"too many consumers ({len(consumers)} > max-duplicates {options.max_duplicates})"
@@ -101,9 +131,12 @@ def _duplicate_producers(planner: Planner, options: Options) -> bool:
                                           action="duplicate", numbers=numbers,
                                           would_fuse_with=would, step=step or None))
         if ok:
+            stale.add(v)
+            if v not in graph.returned:
+                decided.discard(op_key(node.op))  # erased: its address may be reused
             _clone_into_consumers(node.op, v, consumers, planner)
             changed = True
-    return changed
+    return changed, pending
 
 
 def _clone_into_consumers(op: ir.Operation, v: ir.Value, consumers: list[Group],

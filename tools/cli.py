@@ -15,10 +15,10 @@ import argparse
 import re
 import sys
 import traceback
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from opfuse import config
+from opfuse import ir as oir
 from opfuse import pipeline as pl
 from opfuse.errors import EXIT_INTERNAL_ERROR, EXIT_OK, OpfuseError
 
@@ -137,16 +137,41 @@ def select_pipeline(
 # --- input and errors -------------------------------------------------------------------
 
 
+def add_contract_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--max-tensor-bytes``: the input contract's size limit (opfuse.contract)."""
+    parser.add_argument(
+        "--max-tensor-bytes", type=_size, metavar="SIZE",
+        help="refuse inputs with a tensor (argument, result or intermediate) larger than "
+        f"SIZE (bytes, or 512MiB, 16GiB; default ${config.MAX_TENSOR_BYTES.name} or "
+        f"{config.MAX_TENSOR_BYTES.default})")
+
+
+def _size(text: str) -> int:
+    from opfuse.contract import parse_bytes  # noqa: PLC0415
+
+    try:
+        return parse_bytes(text, "--max-tensor-bytes")
+    except OpfuseError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def parse_and_accept(text: str, filename: str, args: argparse.Namespace, ctx: Any = None):
+    """Parse the input and check it against the input contract (before any pass runs)."""
+    from opfuse import contract  # noqa: PLC0415
+
+    module = oir.parse_module(text, ctx, filename=filename)
+    return contract.accept(module, filename=filename,
+                           limits=contract.Limits(getattr(args, "max_tensor_bytes", None)))
+
+
 def read_input(path: str) -> tuple[str, str]:
     """(text, name for locations) of a file, or of stdin for ``-``."""
     if path == "-":
-        return sys.stdin.read(), "<stdin>"
-    try:
-        return Path(path).read_text(), path
-    except OSError as e:
-        raise OpfuseError(f"cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise OpfuseError(f"cannot read {path}: not UTF-8 text") from None
+        try:
+            return sys.stdin.read(), "<stdin>"
+        except UnicodeDecodeError:
+            raise OpfuseError("cannot read <stdin>: not UTF-8 text") from None
+    return oir.read_text(path), path
 
 
 def internal_error(e: BaseException) -> OpfuseError:

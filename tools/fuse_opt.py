@@ -70,7 +70,7 @@ class Stage:
 
 
 def _parse(job: Job, _: None) -> ir.Module:
-    return oir.parse_module(job.text, job.ctx, filename=job.filename)
+    return cli.parse_and_accept(job.text, job.filename, job.args, job.ctx)
 
 
 def _fuse(job: Job, module: ir.Module) -> ir.Module:
@@ -196,6 +196,7 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
                    help="the fusion guard uses ptxas -v registers of each candidate kernel "
                    "instead of the estimate (needs ptxas; default pipeline only), and the "
                    "report gets every kernel's ptxas figures")
+    cli.add_contract_arguments(p)
     group = p.add_argument_group(
         "opfuse passes (run in command-line order; --NAME=\"key=value ...\")"
     )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -39,13 +40,13 @@ import numpy as np
 from mlir import ir
 
 import opfuse
-from opfuse import ir as oir
 from opfuse import config
 from opfuse import pipeline as pl
 from opfuse.api import BACKENDS
 from opfuse.errors import EXIT_OK, OpfuseError
 from opfuse.report import ledger as ledger_mod
 from opfuse.report import render as render_mod
+from opfuse.runtime.schedule import contiguous
 from opfuse.runtime.executable import (
     Executable,
     Signature,
@@ -113,6 +114,40 @@ def random_inputs(signature: Signature, seed: int) -> list[np.ndarray]:
     return arrays
 
 
+def _nbytes(spec: TensorSpec) -> int:
+    return math.prod(spec.shape) * spec.dtype.itemsize
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (MemAvailable on Linux), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(signature: Signature) -> None:
+    """Refuse a run whose inputs and outputs (fused and unfused) alone need more memory
+    than the machine has available, before allocating any of it (numpy would raise
+    MemoryError, or the kernel's OOM killer end the process)."""
+    need = sum(_nbytes(s) for s in signature.inputs) + 2 * sum(
+        _nbytes(s) for s in signature.outputs)
+    have = available_memory()
+    if have is not None and need > have:
+        gib = 2**30
+        raise OpfuseError(
+            f"@{signature.name}: its inputs and the fused and unfused outputs need "
+            f"{need / gib:.3g} GiB, more than the {have / gib:.3g} GiB of memory available "
+            "here")
+
+
 def input_paths(text: str, signature: Signature) -> list[Path]:
     """The files ``--inputs`` names: a comma-separated list, or one directory holding
     ``in0.npy``, ``in1.npy``, ... (what --save-outputs writes)."""
@@ -162,7 +197,7 @@ def _check_input(array: np.ndarray, spec: TensorSpec, index: int, path: Path) ->
         raise OpfuseError(f"{what}: dtype {array.dtype}, expected {spec.dtype}{hint}")
     if tuple(array.shape) != spec.shape:
         raise OpfuseError(f"{what}: shape {tuple(array.shape)}, expected {spec.shape}")
-    return np.ascontiguousarray(array)
+    return contiguous(array)
 
 
 def _types(specs: Sequence[TensorSpec]) -> str:
@@ -415,17 +450,19 @@ def _run(argv: list[str]) -> int:
     _check_args(args)
     pipeline = cli.select_pipeline(args, flags)
     text, filename = cli.read_input(args.input)
-    module = oir.parse_module(text, filename=filename)
+    module = cli.parse_and_accept(text, filename, args)
     entry = _find_entry(module, args.entry)
     signature = signature_of(entry)
     prune_to_entry(module, signature.name)
 
+    check_memory(signature)
     if args.save_outputs:  # fail before the slow part, not after it
         _make_folder(Path(args.save_outputs))
     inputs, inputs_from = _choose_inputs(args, signature)
 
     dumps = dump_folders(args, Path(filename).stem if filename != "<stdin>" else "stdin")
-    common = dict(backend=args.backend, target=args.target, entry=signature.name)
+    common = dict(backend=args.backend, target=args.target, entry=signature.name,
+                  max_tensor_bytes=args.max_tensor_bytes)
     if pipeline is not None:
         fused_args: dict[str, Any] = dict(pipeline=pipeline)
     else:
@@ -917,6 +954,7 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
     p.add_argument("--target", default="sm_90",
                    help="GPU the cost model plans for (default: sm_90; applies to the default "
                    "pipeline: in --pass-pipeline, give target= to each pass)")
+    cli.add_contract_arguments(p)
     g = p.add_argument_group("inputs and outputs")
     g.add_argument("--seed", type=int, metavar="N",
                    help="seed of the random inputs (default: 0)")

@@ -8,8 +8,9 @@ from typing import Any
 
 from mlir import ir
 
+from . import contract
 from . import ir as oir
-from .errors import OpfuseError
+from .errors import EXIT_INTERNAL_ERROR, OpfuseError
 from .pipeline import Pipeline
 from .report import ledger as ledger_mod
 from .report.summary import build_report
@@ -22,16 +23,23 @@ UNFUSED_PIPELINE = "builtin.module(opfuse-outline)"
 BACKENDS = ("auto", "cpu", "cuda")
 
 
-def load_source(source: Any, ctx: ir.Context | None = None) -> ir.Module:
-    """A module from a path, MLIR text, an ``ir.Module`` (copied) or a builder Graph."""
+def load_source(source: Any, ctx: ir.Context | None = None, *,
+                limits: contract.Limits | None = None) -> ir.Module:
+    """A module from a path, MLIR text, an ``ir.Module`` (copied) or a builder Graph,
+    checked against the input contract (:func:`opfuse.contract.accept`)."""
     if isinstance(source, ir.Module):
-        return oir.parse_module(oir.print_module(source, debug_info=True), ctx or source.context)
-    if hasattr(source, "to_mlir"):  # opfuse.builder.Graph, or anything that prints MLIR
-        return oir.parse_module(source.to_mlir(), ctx, filename=f"{getattr(source, 'name', 'graph')}.mlir")
-    if isinstance(source, (str, os.PathLike)):
-        return oir.load(source if not isinstance(source, os.PathLike) else Path(source), ctx)
-    raise OpfuseError(f"cannot compile a {type(source).__name__}: pass a path, MLIR text, "
-                      "an mlir.ir.Module or an opfuse.builder.Graph")
+        module = oir.parse_module(oir.print_module(source, debug_info=True), ctx or source.context)
+        name = "<module>"
+    elif hasattr(source, "to_mlir"):  # opfuse.builder.Graph, or anything that prints MLIR
+        name = f"{getattr(source, 'name', 'graph')}.mlir"
+        module = oir.parse_module(source.to_mlir(), ctx, filename=name)
+    elif isinstance(source, (str, os.PathLike)):
+        module = oir.load(source if not isinstance(source, os.PathLike) else Path(source), ctx)
+        name = str(source) if "\n" not in str(source) else "<string>"
+    else:
+        raise OpfuseError(f"cannot compile a {type(source).__name__}: pass a path, MLIR text, "
+                          "an mlir.ir.Module or an opfuse.builder.Graph")
+    return contract.accept(module, filename=name, limits=limits)
 
 
 def resolve_backend(backend: str) -> str:
@@ -56,6 +64,7 @@ def compile(  # noqa: A001  (the public name the issue asks for)
     fusion: bool = True,
     dump_dir: str | os.PathLike | None = None,
     entry: str | None = None,
+    max_tensor_bytes: int | str | None = None,
     **pass_options: Any,
 ) -> Executable:
     """Compile ``source`` with the fusion pipeline and return a runnable Executable.
@@ -68,14 +77,38 @@ def compile(  # noqa: A001  (the public name the issue asks for)
         fusion: False compiles the unfused baseline (every op its own kernel).
         dump_dir: write the IR after every stage, the pipeline and the ledger there.
         entry: the function to run (default: the only public function).
+        max_tensor_bytes: the input contract's tensor size limit (bytes, or "16GiB");
+            default ``OPFUSE_MAX_TENSOR_BYTES``.
         **pass_options: options for every default pass that has them (``delta=0.2``,
             ``r_limit=64``, ``disable=("opfuse-fuse-reduction",)``).
 
     Returns:
         An Executable: call it with numpy arrays; ``.report`` holds the ledger and
         totals; ``.ir(stage)`` the IR of ``linalg``, ``fused`` or ``cpu``.
+
+    Raises:
+        OpfuseError: the only exception it raises: bad input (exit code 1, located
+            ``file:line:col`` diagnostics), or an internal error (exit code 2; the
+            original exception is its ``__cause__``).
     """
-    module = load_source(source)
+    try:
+        return _compile(source, backend, target, pipeline, fusion, dump_dir, entry,
+                        max_tensor_bytes, pass_options)
+    except OpfuseError:
+        raise
+    except RecursionError as e:
+        raise OpfuseError("the input nests too deeply to compile", exit_code=EXIT_INTERNAL_ERROR) from e
+    except Exception as e:  # noqa: BLE001  (the API's contract: OpfuseError only)
+        raise OpfuseError(f"internal error: {type(e).__name__}: {e}",
+                          exit_code=EXIT_INTERNAL_ERROR) from e
+
+
+def _compile(source: Any, backend: str, target: str, pipeline: Pipeline | str | None,
+             fusion: bool, dump_dir: str | os.PathLike | None, entry: str | None,
+             max_tensor_bytes: int | str | None, pass_options: dict[str, Any]) -> Executable:
+    if isinstance(max_tensor_bytes, str):
+        max_tensor_bytes = contract.parse_bytes(max_tensor_bytes, "max_tensor_bytes")
+    module = load_source(source, limits=contract.Limits(max_tensor_bytes))
     linalg_text = oir.print_module(module, debug_info=True)
     before = oir.parse_module(linalg_text, module.context)
     pipe = _choose_pipeline(pipeline, fusion, target, pass_options)

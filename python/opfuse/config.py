@@ -86,3 +86,16 @@ ALLOW_TF32 = env(
     "OPFUSE_ALLOW_TF32",
     "let f32 GPU matmuls use TF32 tensor cores (off by default, like PyTorch's allow_tf32)",
 )
+MAX_TENSOR_BYTES = env(
+    "OPFUSE_MAX_TENSOR_BYTES",
+    "the input contract refuses any tensor (argument, result, intermediate) larger than "
+    "this: bytes, or with a unit (16GiB, 512MiB); --max-tensor-bytes, "
+    "opfuse.compile(max_tensor_bytes=)",
+    default="16GiB",
+)
+TEMP_DIR = env(
+    "OPFUSE_TEMP_DIR",
+    "root of opfuse's temporary folders (reproducers of internal errors, libraries "
+    "extracted from bundles, ptxas work); the oldest are pruned (default: "
+    "<system temp>/opfuse-<user>)",
+)

@@ -57,7 +57,7 @@ def collect_diagnostics(ctx: ir.Context) -> Iterator[list[str]]:
     def handler(diag: ir.Diagnostic) -> bool:
         lines.append(format_diagnostic(diag))
         for note in diag.notes:
-            lines.append(format_diagnostic(note))
+            lines.append(_one_line(format_diagnostic(note)))
         return True
 
     h = ctx.attach_diagnostic_handler(handler)
@@ -67,30 +67,80 @@ def collect_diagnostics(ctx: ir.Context) -> Iterator[list[str]]:
         h.detach()
 
 
+def _one_line(note: str) -> str:
+    # "see current operation: <the whole op, generic form>" notes are IR dumps
+    return note.split("\n", 1)[0].rstrip(": ") if "see current operation" in note else note
+
+
 def parse_module(text: str, ctx: ir.Context | None = None, *, filename: str = "<string>") -> ir.Module:
     """Parse MLIR text into a verified module; syntax and verifier errors raise OpfuseError."""
     ctx = ctx or make_context()
+    _check_text(text, filename)
+    wrapped, line = _wrap_in_module(text)
     with collect_diagnostics(ctx) as diags:
         try:
-            module = _parse_named(text, ctx, filename)
+            module = _parse_named(wrapped, ctx, filename)
         except ir.MLIRError as e:
-            raise OpfuseError(f"cannot parse {filename}", diagnostics=diags + _error_lines(e)) from None
+            lines = [_unshift(d, filename, line) for d in diags + _error_lines(e)]
+            raise OpfuseError(f"cannot parse {filename}", diagnostics=lines) from None
+        except OpfuseError:
+            raise
         except Exception as e:  # the bindings raise ValueError on some malformed inputs
-            raise OpfuseError(f"cannot parse {filename}: {e}", diagnostics=diags) from None
+            lines = [_unshift(d, filename, line) for d in diags]
+            raise OpfuseError(f"cannot parse {filename}: {e}", diagnostics=lines) from None
+    if line is not None:
+        _unshift_locations(module, line)
     return module
+
+
+#: Deepest bracket nesting (``{ ( [ <``) the parser is given: MLIR's parser recurses once
+#: per level and overflows the C++ stack (a segfault) somewhere past 10,000; real
+#: programs nest a handful of levels.
+MAX_BRACKET_DEPTH = 1000
+_BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|->|[{}()\[\]<>]')
+_OPEN, _CLOSE = frozenset("{([<"), frozenset("})]>")
+
+
+def _position(text: str, at: int) -> tuple[int, int]:
+    line = text.count("\n", 0, at) + 1
+    return line, at - (text.rfind("\n", 0, at) + 1) + 1
+
+
+def _check_text(text: str, filename: str) -> None:
+    # MLIR's lexer stops at a NUL byte: a file of NULs (or with one in the middle) would
+    # parse as an empty (or truncated) module and pass silently.
+    at = text.find("\0")
+    if at >= 0:
+        line, col = _position(text, at)
+        raise OpfuseError(
+            f"{filename} is not MLIR text: it contains a NUL byte",
+            diagnostics=[f"{filename}:{line}:{col}: error: NUL byte in the input (a binary "
+                         "file?)"])
+    depth = 0
+    for m in _BRACKETS.finditer(text):
+        ch = m.group()
+        if ch in _OPEN:
+            depth += 1
+            if depth > MAX_BRACKET_DEPTH:
+                line, col = _position(text, m.start())
+                raise OpfuseError(
+                    f"{filename}: brackets nest deeper than {MAX_BRACKET_DEPTH} levels",
+                    diagnostics=[f"{filename}:{line}:{col}: error: brackets nest deeper than "
+                                 f"{MAX_BRACKET_DEPTH} levels (the parser would overflow its "
+                                 "stack)"])
+        elif ch in _CLOSE:
+            depth = max(0, depth - 1)
 
 
 def _parse_named(text: str, ctx: ir.Context, filename: str) -> ir.Module:
     # Operation.parse keeps the source name in every location, so diagnostics say
     # input.mlir:3:7 rather than -:3:7; its ops are then moved into an ir.Module
     # (ExecutionEngine and PassManager want one).
-    text = _wrap_in_module(text)
     op = ir.Operation.parse(text, source_name=filename, context=ctx)
     if op.name != "builtin.module":
         raise OpfuseError(f"{filename}: expected a builtin.module at the top level, got {op.name}")
     module = ir.Module.create(op.location)
-    for name in op.attributes:
-        module.operation.attributes[name] = op.attributes[name]
+    copy_attributes(op, module.operation)
     with ir.InsertionPoint(module.body):
         for child in list(op.regions[0].blocks[0].operations):
             child.detach_from_parent()
@@ -98,20 +148,68 @@ def _parse_named(text: str, ctx: ir.Context, filename: str) -> ir.Module:
     return module
 
 
-def _wrap_in_module(text: str) -> str:
+_WRAP = "module {"
+
+
+def _wrap_in_module(text: str) -> tuple[str, int | None]:
     """Like mlir-opt, accept a bare list of top-level ops. The ``module {`` goes on the line
     of the first op, after comments and attribute/type aliases, so line numbers stay those
-    of the file."""
+    of the file; returns the text and that line (1-based; None when nothing was added),
+    whose columns :func:`_unshift` and :func:`_unshift_locations` move back."""
     lines = text.split("\n")
     for i, line in enumerate(lines):
         stripped = line.strip()
         if not stripped or stripped.startswith("//") or _ALIAS.match(stripped):
             continue
         if _MODULE_AT_TOP.match(stripped):
-            return text
-        lines[i] = "module {" + line
-        return "\n".join(lines) + "\n}"
-    return text
+            return text, None
+        lines[i] = _WRAP + line
+        return "\n".join(lines) + "\n}", i + 1
+    return text, None
+
+
+def _unshift(diagnostic: str, filename: str, line: int | None) -> str:
+    """A diagnostic's column on the wrapped line, as it is in the file."""
+    if line is None:
+        return diagnostic
+    prefix = f"{filename}:{line}:"
+    if not diagnostic.startswith(prefix):
+        return diagnostic
+    col, sep, rest = diagnostic[len(prefix):].partition(":")
+    if not (sep and col.isdigit()):
+        return diagnostic
+    return f"{prefix}{max(1, int(col) - len(_WRAP))}:{rest}"
+
+
+def _unshift_locations(module: ir.Module, line: int) -> None:
+    """Op locations on the wrapped line, as they are in the file (later diagnostics of
+    passes and backends point at them)."""
+    ctx = module.context
+
+    def fix(loc: ir.Location) -> ir.Location:
+        try:
+            if loc.is_a_file() and loc.start_line == line:
+                return ir.Location.file(loc.filename, line, max(1, loc.start_col - len(_WRAP)),
+                                        context=ctx)
+            if loc.is_a_name():
+                child = fix(loc.child_loc)
+                return ir.Location.name(loc.name_str, childLoc=child, context=ctx)
+        except Exception:  # noqa: BLE001  (other location kinds are left as they are)
+            pass
+        return loc
+
+    stack = [module.operation]
+    while stack:
+        op = stack.pop()
+        new = fix(op.location)
+        if new != op.location:
+            op.location = new
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.arguments:
+                    if hasattr(arg, "set_location"):
+                        arg.set_location(fix(arg.location))
+                stack.extend(o.operation for o in block.operations)
 
 
 def _error_lines(e: Exception) -> list[str]:
@@ -132,12 +230,26 @@ def load(source: str | Path, ctx: ir.Context | None = None) -> ir.Module:
         name = str(source)
         if name == "-":
             return parse_module(sys.stdin.read(), ctx, filename="<stdin>")
-        try:
-            text = Path(name).read_text()
-        except OSError as e:
-            raise OpfuseError(f"cannot read {name}: {e.strerror}") from None
-        return parse_module(text, ctx, filename=name)
+        return parse_module(read_text(name), ctx, filename=name)
     return parse_module(str(source), ctx)
+
+
+def read_text(path: str | Path) -> str:
+    """A file's text; unreadable or non-UTF-8 files raise OpfuseError (the first bad byte
+    located as ``file:line:col``)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise OpfuseError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise OpfuseError(
+            f"cannot read {path}: not UTF-8 text",
+            diagnostics=[f"{path}:{line}:{col}: error: byte 0x{raw[e.start]:02x} is not "
+                         "UTF-8 (is this a binary file?)"]) from None
 
 
 def split_input(text: str) -> list[tuple[str, int]]:
@@ -148,6 +260,27 @@ def split_input(text: str) -> list[tuple[str, int]]:
         chunks.append(("\n" * (line - 1) + part, line))
         line += part.count("\n") + 1
     return chunks
+
+
+def clone_module(module: ir.Module) -> ir.Module:
+    """A deep copy of ``module`` in the same context: its ops, locations and attributes
+    (a named module's ``sym_name``, ``module @m attributes {...}`` as IREE and torch-mlir
+    print them)."""
+    with module.context, module.operation.location:
+        copy = ir.Module.create()
+        copy_attributes(module.operation, copy.operation)
+        ip = ir.InsertionPoint(copy.body)
+        for op in module.body.operations:
+            op.operation.clone(ip=ip)
+    return copy
+
+
+def copy_attributes(src: ir.Operation, dst: ir.Operation) -> None:
+    """Every attribute of ``src`` onto ``dst`` (iterating an op's attributes yields their
+    names in these bindings; indexing yields NamedAttributes)."""
+    attrs = src.attributes
+    for i in range(len(attrs)):
+        dst.attributes[attrs[i].name] = attrs[i].attr
 
 
 def print_module(module: ir.Module, *, debug_info: bool = False) -> str:

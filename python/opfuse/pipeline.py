@@ -34,8 +34,10 @@ from typing import Any, Iterator, Union
 from mlir import ir
 from mlir.passmanager import PassManager
 
+from . import tempdirs
 from . import config
 from . import ir as oir
+from .ir import clone_module
 from .errors import EXIT_INTERNAL_ERROR, OpfuseError
 from .analysis.opinfo import info_cache, invalidate_cache
 from .report import ledger as ledger_mod
@@ -698,7 +700,7 @@ class Pipeline:
         if dumps is None and error.exit_code != EXIT_INTERNAL_ERROR:
             return
         with contextlib.suppress(OSError):
-            folder = dumps.folder if dumps else Path(tempfile.mkdtemp(prefix="opfuse-repro-"))
+            folder = dumps.folder if dumps else tempdirs.new_folder("repro")
             target = folder / "00-input.mlir"
             if not target.exists():
                 target.write_text(_print_op(saved_input))
@@ -815,19 +817,6 @@ class _Dumps:
             (self.folder / name).write_text(text)
         except OSError as e:
             raise OpfuseError(f"cannot write {self.folder / name}: {e.strerror}") from None
-
-
-def clone_module(module: ir.Module) -> ir.Module:
-    """A deep copy of ``module`` in the same context (e.g. the "before" side of a report)."""
-    with module.context, module.operation.location:
-        copy = ir.Module.create()
-        attrs = module.operation.attributes
-        for i in range(len(attrs)):
-            copy.operation.attributes[attrs[i].name] = attrs[i].attr
-        ip = ir.InsertionPoint(copy.body)
-        for op in module.body.operations:
-            op.operation.clone(ip=ip)
-    return copy
 
 
 __all__ = [

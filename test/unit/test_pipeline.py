@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,7 +276,7 @@ def test_dump_dir_from_environment(tmp_path, monkeypatch):
 
 
 def test_pass_crash_is_internal_error_with_reproducer(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the reproducer goes
+    monkeypatch.setenv("OPFUSE_TEMP_DIR", str(tmp_path))  # where the reproducer goes
     p = Pipeline.parse("builtin.module(opfuse-fuse-elementwise,test-crash)")
     with pytest.raises(OpfuseError) as info:
         p.run(_input())
@@ -286,7 +285,7 @@ def test_pass_crash_is_internal_error_with_reproducer(tmp_path, monkeypatch):
     assert "internal error in pass 'test-crash': KeyError: 'boom'" in str(e)
     note = next(d for d in e.diagnostics if "reproduce with:" in d)
     folder = Path(note.rsplit(" ", 1)[-1].strip("'")).parent
-    assert folder.parent == tmp_path and folder.name.startswith("opfuse-repro-")
+    assert folder.parent == tmp_path and folder.name.startswith("repro-")
     assert "module {" in (folder / "00-input.mlir").read_text()
     assert (folder / "pipeline.txt").read_text().strip() == str(p)
     assert "KeyError" in (folder / "traceback.txt").read_text()
@@ -419,7 +418,7 @@ def _fuse_opt(tmp_path, *args):
 
 
 def test_fuse_opt_internal_error_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("OPFUSE_TEMP_DIR", str(tmp_path))
     assert _fuse_opt(tmp_path, "--pass-pipeline=builtin.module(test-crash)") == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import tempfile
 import types
 from pathlib import Path
 
@@ -55,7 +54,7 @@ def planted(monkeypatch, tmp_path):
     reg = {**passes.registry(), "test-explode": _pass("test-explode", _explode),
            "test-break-ir": _pass("test-break-ir", _break_ir)}
     monkeypatch.setattr(passes, "registry", lambda: reg)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("OPFUSE_TEMP_DIR", str(tmp_path))
     monkeypatch.delenv("OPFUSE_DUMP_DIR", raising=False)
     return reg
 
@@ -82,7 +81,7 @@ def test_planted_failure_writes_a_reproducer_that_fails_the_same_way(
     argv = _reproduce_command(err)
     # the files the message points at: the input as it was, the pipeline, the command
     repro = Path(argv[-1]).parent
-    assert repro.parent == tmp_path and repro.name.startswith("opfuse-repro-")
+    assert repro.parent == tmp_path and repro.name.startswith("repro-")
     assert (repro / "00-input.mlir").read_text().count("linalg.generic") == 5  # G3, unfused
     assert (repro / "pipeline.txt").read_text().strip() == pipeline
     assert f"--pass-pipeline={pipeline}" in (repro / "reproduce.sh").read_text().replace("'", "")

@@ -22,9 +22,7 @@ once per output column.
 
 from __future__ import annotations
 
-import contextlib
 import shlex
-import tempfile
 from pathlib import Path
 
 from mlir import ir
@@ -33,9 +31,9 @@ from mlir.dialects import linalg, tensor
 from mlir.dialects.transform import interpreter as transform_interpreter
 from mlir.passmanager import PassManager
 
-from ..config import DUMP_DIR
+from .. import tempdirs
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
-from ..ir import collect_diagnostics, format_location
+from ..ir import clone_module, collect_diagnostics, format_location
 
 STAGE = "cpu"
 
@@ -188,18 +186,6 @@ def prepare_loops(module: ir.Module, *, fuse_kernels: bool = True) -> None:
     interchange_matmuls(module)
     if fuse_kernels:
         fuse_kernel_functions(module)
-
-
-def clone_module(module: ir.Module) -> ir.Module:
-    """A deep copy of ``module`` in the same context, locations included."""
-    with module.context:
-        copy = ir.Module.create(module.operation.location)
-        for named in module.operation.attributes:
-            copy.operation.attributes[named.name] = named.attr
-        ip = ir.InsertionPoint(copy.body)
-        for op in module.body.operations:
-            op.operation.clone(ip=ip)
-    return copy
 
 
 #: The argument attribute one-shot-bufferize reads: a buffer it must never write into.
@@ -546,12 +532,7 @@ def _reproducer_error(
 
 
 def _reproducer_folder() -> Path:
-    root = DUMP_DIR.path()
-    if root is not None:
-        with contextlib.suppress(OSError):
-            root.mkdir(parents=True, exist_ok=True)
-            return Path(tempfile.mkdtemp(prefix="cpu-repro-", dir=root))
-    return Path(tempfile.mkdtemp(prefix="opfuse-cpu-repro-"))
+    return tempdirs.new_folder("cpu-repro", reproducer=True)
 
 
 def _mlir_opt() -> Path | str:

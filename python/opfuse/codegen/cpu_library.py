@@ -15,13 +15,13 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 from mlir import ir
 from mlir.dialects import func as func_d
 
+from .. import tempdirs
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 from .cpu import clone_module, lower_to_llvm
 
@@ -88,7 +88,7 @@ def build(module: ir.Module, kernels: Sequence[str], out: Path) -> None:
     copy = clone_module(module)
     add_wrappers(copy, kernels)
     llvm = lower_to_llvm(copy)
-    work = Path(tempfile.mkdtemp(prefix="opfuse-cpulib-"))
+    work = tempdirs.new_folder("cpulib")
     src = work / "program.mlir"
     src.write_text(str(llvm))
     steps = [

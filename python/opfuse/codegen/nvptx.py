@@ -19,7 +19,6 @@ import json
 import shlex
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -27,7 +26,7 @@ from typing import Sequence
 from mlir import ir
 from mlir.passmanager import PassManager
 
-from ..config import DUMP_DIR
+from .. import tempdirs
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 from ..ir import collect_diagnostics
 
@@ -341,14 +340,7 @@ def _command(path: Path, chip: str) -> str:
 
 
 def _repro_folder() -> Path:
-    root = DUMP_DIR.path()
-    if root is not None:
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            return Path(tempfile.mkdtemp(prefix="nvptx-repro-", dir=root))
-        except OSError:
-            pass
-    return Path(tempfile.mkdtemp(prefix="opfuse-nvptx-repro-"))
+    return tempdirs.new_folder("nvptx-repro", reproducer=True)
 
 
 def toolchain_version() -> str:

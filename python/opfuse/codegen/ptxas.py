@@ -18,10 +18,10 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .. import tempdirs
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 
 _WHEEL_DIRS = ("cu13/bin", "cu12/bin", "cuda_nvcc/bin")
@@ -139,7 +139,7 @@ def assemble(
         raise OpfuseError(
             "ptxas not found (PATH, /usr/local/cuda/bin, or " "pip install 'opfuse[ptxas]')"
         )
-    folder = Path(tempfile.mkdtemp(prefix="opfuse-ptxas-"))
+    folder = tempdirs.new_folder("ptxas")
     src = folder / f"{_safe(name)}.{arch}.ptx"
     dst = folder / f"{_safe(name)}.{arch}.cubin"
     src.write_text(ptx)

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import tempdirs
 from ..errors import OpfuseError
 from .schedule import HostSchedule, KernelSpec
 
@@ -94,7 +95,7 @@ class Bundle:
         return BundleProgram(self.schedule, impl, backend)
 
     def _extract(self, name: str) -> Path:
-        folder = Path(tempfile.mkdtemp(prefix="opfuse-bundle-"))
+        folder = tempdirs.new_folder("bundle")
         path = folder / Path(name).name
         path.write_bytes(self._files[name])
         return path

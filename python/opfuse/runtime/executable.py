@@ -26,7 +26,7 @@ from mlir import ir
 
 from ..errors import OpfuseError
 from ..ir import parse_module, print_module
-from .schedule import DTYPES
+from .schedule import DTYPES, contiguous
 
 #: Stage names in pipeline order (ARCHITECTURE.md); ``cpu`` is the LLVM-dialect module.
 STAGES = ("linalg", "fused", "kernels", "nvvm", "ptx", "cubin", "cpu")
@@ -111,7 +111,7 @@ class Signature:
                     f"@{self.name} input #{i}: expected shape {spec.shape} for {spec}, "
                     f"got {tuple(a.shape)}"
                 )
-            checked.append(np.ascontiguousarray(a))
+            checked.append(contiguous(a))
         return checked
 
     def _ins(self) -> str:

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import OpfuseError
-from .schedule import HostSchedule, plan_buffers, run_numpy
+from .schedule import HostSchedule, contiguous, plan_buffers, run_numpy
 
 WRAPPER_SYMBOL = "_mlir_ciface_opfuse_call_{}"
 
@@ -115,5 +115,5 @@ def check_inputs(schedule: HostSchedule, inputs: Sequence[np.ndarray]) -> list[n
                 f"@{schedule.entry} input #{i}: expected {spec.dtype}{list(spec.shape)}, "
                 f"got {a.dtype}{list(a.shape)}"
             )
-        out.append(np.ascontiguousarray(a))
+        out.append(contiguous(a))
     return out

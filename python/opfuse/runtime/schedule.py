@@ -39,6 +39,12 @@ def dtype_of(element_type: str) -> np.dtype:
         raise ValueError(f"unsupported element type {element_type}") from None
 
 
+def contiguous(a: np.ndarray) -> np.ndarray:
+    """``a`` if it is C-contiguous, else a C-contiguous copy; keeps 0-d arrays 0-d
+    (``np.ascontiguousarray`` makes them 1-d, which no rank-0 tensor accepts)."""
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 @dataclass(frozen=True)
 class Buffer:
     """One tensor of the host schedule.
@@ -328,6 +334,7 @@ __all__ = [
     "Step",
     "View",
     "bind_params",
+    "contiguous",
     "dtype_of",
     "plan_buffers",
 ]
