@@ -59,7 +59,20 @@ def _num(v: Any, fmt: str = "{}") -> str:
 
 def markdown(doc: dict[str, Any]) -> str:
     """The run as markdown: header, run-time table, compile-time table, scaling table."""
-    return "\n".join(_header(doc) + _run_table(doc) + _compile_table(doc) + _scaling(doc)) + "\n"
+    return "\n".join(
+        _header(doc) + _run_table(doc) + _compile_table(doc) + _scaling(doc) + _gpu(doc)
+    ) + "\n"
+
+
+def _gpu(doc: dict[str, Any]) -> list[str]:
+    from . import gpu_estimate
+
+    section = doc.get("gpu_estimate")
+    if section is None:
+        return []
+    if _na(section):
+        return ["## GPU matmul kernels (estimates)", "", f"n/a: {section['not_available']}", ""]
+    return ["## GPU matmul kernels (estimates)", ""] + gpu_estimate.markdown(section) + [""]
 
 
 def _header(doc: dict[str, Any]) -> list[str]:

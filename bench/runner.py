@@ -89,6 +89,8 @@ def run(cases: Sequence[Case], peers: dict[str, Peer], missing: dict[str, str],
                                    "reason": f"opfuse failed: {e}"[:2000]})
     log("compile-time scaling:")
     doc["scaling"] = scaling.run(settings.scaling_sizes, *settings.scaling_repeat, log=log)
+    log("GPU matmul kernels (H200 estimates):")
+    doc["gpu_estimate"] = _gpu_estimate(settings, log)
     doc["summary"] = _summary(doc)
     doc["total_run_s"] = time.perf_counter() - t0
     return doc
@@ -235,6 +237,19 @@ def _log_case(e: dict[str, Any], log) -> None:
         f"unfused {t['unfused']['median_s'] * 1e3:.2f} ms, "
         f"fused {t['fused']['median_s'] * 1e3:.2f} ms, speedup {t['speedup']['median']:.2f}x"
         + (f"; {peers}" if peers else "") + (f"; MISMATCH: {', '.join(bad)}" if bad else ""))
+
+
+def _gpu_estimate(settings: Settings, log) -> dict[str, Any]:
+    """Per matmul kernel, the analytic H200 estimate and the roofline (bench/gpu_estimate.py):
+    G1, G5, G6, G7 at full size in bf16 and f32; --quick: G1 in bf16 at 1/8 size."""
+    from . import gpu_estimate
+
+    try:
+        if settings.quick:
+            return gpu_estimate.run(("g1_mlp",), ("bf16",), scale=8, log=log)
+        return gpu_estimate.run(log=log)
+    except OpfuseError as e:
+        return not_available(f"opfuse failed: {e}"[:2000])
 
 
 def _summary(doc: dict[str, Any]) -> dict[str, Any]:

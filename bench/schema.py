@@ -53,6 +53,17 @@ POINT = {"target_ops": "int", "ops": "int", "planning_s": "num", "outline_s": "n
 FAMILY = {"points": [POINT], "planning_exponent": "num", "outline_exponent": "num",
           "planning_cpu_exponent": "num"}
 
+GPU_KERNEL = {"graph": "str", "dtype": "str", "variant": "str", "default": "bool",
+              "kernel": "str", "emitter": "str", "grid": ["int"], "block": ["int"],
+              "estimate_s": "num", "roofline_s": "num", "compute_s": "num", "memory_s": "num",
+              "bound": "str", "blocks": "int", "blocks_per_sm": "int", "waves": "int",
+              "occupancy": "num", "registers": "int", "flops": "num", "executed_flops": "num",
+              "bytes": "num", "smem": "int", "spills": "int"}
+GPU_ESTIMATE = {"device": "str", "chip": "str", "scale": "int", "method": "str",
+                "registers_from": "str", "kernels": [GPU_KERNEL],
+                "graphs": [{"graph": "str", "dtype": "str", "variant": "str", "default": "bool",
+                            "kernels": "int", "estimate_s": "num", "roofline_s": "num"}]}
+
 DOCUMENT = {
     "schema": "str",
     "created_utc": "str",
@@ -85,6 +96,7 @@ DOCUMENT = {
                 "met": {"g2_speedup": Fig("bool"), "planning_largest": Fig("bool"),
                         "planning_exponent": Fig("bool")},
                 "all_correct": "bool"},
+    "gpu_estimate": Fig(GPU_ESTIMATE),
     "files": {"json": "str", "markdown": "str", "charts": Fig(["str"])},
 }
 

@@ -112,3 +112,19 @@ def test_xla_kernel_count() -> None:
     assert (k["count"], k["fusions"], k["other"]) == (3, 2, 1)
     assert k["fusion_kinds"] == {"kCustom": 1, "kLoop": 1}
     assert re.fullmatch(r"\{.*copy.*\}", json.dumps(k["opcodes"]))
+
+
+def test_quick_run_estimates_the_matmul_kernels(quick_run: Path) -> None:
+    """Per matmul kernel, the H200 estimate next to the roofline, both variants, labelled
+    as an estimate in the JSON and the table."""
+    doc = json.loads((quick_run / "bench.json").read_text())
+    section = doc["gpu_estimate"]
+    assert section["method"].startswith("estimate, not a measurement")
+    rows = section["kernels"]
+    assert {r["variant"] for r in rows} == {"mma", "simt"}
+    for r in rows:
+        assert r["estimate_s"] >= r["roofline_s"] > 0 and 0 < r["occupancy"] <= 1
+        assert r["blocks_per_sm"] >= 1 and r["flops"] > 0 and r["bytes"] > 0
+    assert all(r["emitter"] == "mma" for r in rows if r["variant"] == "mma")
+    table = (quick_run / "bench.md").read_text()
+    assert "## GPU matmul kernels (estimates)" in table and "**estimates**" in table

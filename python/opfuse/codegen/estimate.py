@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -156,4 +157,69 @@ def roofline(dev: Device, flops: float, bytes_: float, kind: str | None) -> floa
     return max(flops / peak, bytes_ / dev.dram_bps)
 
 
-__all__ = ["A100", "DEVICES", "Device", "H200", "blocks_per_sm", "device", "kernel_estimate", "roofline"]
+def matmul_kernel(
+    dev: Device,
+    *,
+    grid: Sequence[int],
+    block: Sequence[int],
+    meta: dict,
+    flops: float,
+    bytes_: float,
+    registers: int | None,
+    smem: int | None,
+) -> dict:
+    """The estimate of one matmul kernel from its KernelSpec facts (``meta``: the tile,
+    the problem ``[batch, M, N, K]``, the MMA kind or none, the operand type) and the
+    fusion report's FLOPs and bytes, next to the roofline of its problem: the dense tensor
+    peak for f16/bf16 operands (and TF32 when the kernel uses it), FFMA for f32.
+
+    ``registers`` and ``smem`` come from ptxas; without ptxas 128 registers are assumed
+    (said in ``registers_from``) and shared memory from the tile."""
+    kind = meta.get("mma")
+    operands = meta.get("operands", "f32")
+    threads = math.prod(block)
+    executed, l2 = float(flops), 0.0
+    if meta.get("tile") and meta.get("problem"):
+        bm, bn, bk = meta["tile"]
+        batch, M, N, K = meta["problem"]
+        executed = 2.0 * batch * (-(-M // bm) * bm) * (-(-N // bn) * bn) * (-(-K // bk) * bk)
+        elem = 4 if operands == "f32" else 2
+        l2 = float(elem * batch * (M * K * -(-N // bn) + K * N * -(-M // bm)))
+    if smem is None:
+        smem = 0
+    est = kernel_estimate(
+        dev,
+        grid=tuple(grid),
+        threads=threads,
+        registers=registers or 128,
+        smem=smem,
+        flops=executed,
+        bytes_=bytes_,
+        kind=kind,
+        l2_bytes=l2,
+    )
+    best = kind or (operands if operands in ("f16", "bf16") else None)
+    est.update(
+        {
+            "flops": float(flops),
+            "executed_flops": executed,
+            "bytes": float(bytes_),
+            "registers": registers or 128,
+            "registers_from": "ptxas" if registers else "assumed",
+            "roofline_s": roofline(dev, flops, bytes_, best),
+        }
+    )
+    return est
+
+
+__all__ = [
+    "A100",
+    "DEVICES",
+    "Device",
+    "H200",
+    "blocks_per_sm",
+    "device",
+    "kernel_estimate",
+    "matmul_kernel",
+    "roofline",
+]

@@ -105,6 +105,7 @@ class GpuProgram:
                 "threads": k.threads_per_block,
                 "vector_lanes": k.vector_lanes,
                 "params": len(k.params),
+                **({"meta": k.meta} if k.meta else {}),
             }
             for chip, res in k.resources.items():
                 row[chip] = res
@@ -196,6 +197,7 @@ def compile_module(
             kb.block,
             0,
             vector_lanes=kb.vector_lanes,
+            meta=dict(kb.meta),
         )
     nvvm: dict[str, dict[str, str]] = {}
     if not lower:

@@ -153,6 +153,8 @@ func.func @{name}({args}) {{
         self.index_type = ir.IndexType.get(ctx)
         #: Elements per thread along the vector dim (recorded in the KernelSpec).
         self.vector_lanes = 1
+        #: What the emitter chose (tile, stages, ...: KernelSpec.meta).
+        self.meta: dict = {}
 
     # ----- insertion and scopes -------------------------------------------------------
     @property

@@ -76,6 +76,7 @@ class _Operand:
     stage: int
     smem: ir.Value | None = None
     base: ir.AffineExpr | None = None
+    direct: bool | None = None  # staged with cp.async (known once staged)
 
 
 def emit_mma(group: Group, module: ir.Module, name: str) -> KernelBuilder:
@@ -106,6 +107,15 @@ def emit_mma(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         o.smem = smem
     _Kernel(kb, group, c, kind, t, ops).build()
     kb.vector_lanes = 2 if N % 2 == 0 else 1
+    kb.meta = {
+        "mma": kind.name,
+        "tile": [t.bm, t.bn, t.bk],
+        "warps": [t.warps_m, t.warps_n],
+        "stages": t.stages,
+        "problem": [c.n_batch, M, N, K],
+        "operands": str(c.a_type),
+        "staging": ["cp.async" if d else "loads" for d in (ops[0].direct, ops[1].direct)],
+    }
     return kb
 
 
@@ -185,6 +195,7 @@ class _Kernel:
         inner = t.bk if o.k_major else o.extent  # the slab's extent along shared rows
         whole = c.K if o.k_major else o.size  # the full extent along that direction
         chunk, direct = self._chunk(o, inner, whole)
+        o.direct = direct
         per_row = inner // chunk
         slots = o.extent * t.bk // chunk
         for first in range(0, slots, t.threads):

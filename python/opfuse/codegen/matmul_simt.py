@@ -168,6 +168,7 @@ def emit_simt(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     for i in range(tm):
         store_outputs(kb, ev, group, c, c_points[i], kb.and_(row_ok[i], col_ok))
     kb.vector_lanes = lanes
+    kb.meta = {"tile": [bm, bn, bk], "problem": [c.n_batch, M, N, K], "operands": str(a_type)}
     return kb
 
 

@@ -7,7 +7,8 @@ PyCUDA and without a GPU. Every driver call is checked and names itself when it 
 
 Memory follows :class:`~opfuse.runtime.schedule.BufferPlan`: one device allocation per
 intermediate slot (reused by liveness), one per input, constant and output. ``bind``
-uploads the inputs once and keeps every allocation, so repeated runs (timing) only launch.
+uploads the inputs once, keeps every allocation and packs every launch's parameters, so
+repeated runs (timing) only launch; :mod:`.cuda_timing` measures them.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ class CudaProgram:
         kernels: KernelSpec per called kernel (PTX and/or cubins).
         chip: override the device's ``sm_XY`` when choosing code.
         binding: ``pycuda`` or ``cuda-python`` (default: whichever works, PyCUDA first).
+
+    Each kernel loads as the cubin for the device when there is one, and falls back to the
+    PTX (the driver compiles it) when the cubin does not load; :attr:`code` says which.
     """
 
     def __init__(
@@ -84,7 +88,7 @@ class CudaProgram:
         self.kernels = kernels
         self.chip = chip or device_chip()
         self.plan = plan_buffers(schedule)
-        self.code: dict[str, str] = {}  # kernel -> "cubin" | "ptx"
+        self.code: dict[str, str] = {}  # kernel -> "cubin" | "ptx" | "ptx (cubin: why)"
         self._functions: dict[str, Any] = {}
         self._modules = []
         for call in schedule.calls():
@@ -93,32 +97,31 @@ class CudaProgram:
             spec = kernels.get(call.func)
             if spec is None:
                 raise OpfuseError(f"no kernel for {call.func} in the program")
-            kind, image = choose_code(spec, self.chip)
-            mod = self.drv.load(image, kind, spec.name)
-            self._modules.append(mod)
-            self._functions[call.func] = self.drv.function(mod, spec.entry, len(spec.params))
-            self.code[call.func] = kind
+            self._functions[call.func] = self._load(spec)
         self._consts = {}
         for b, a in schedule.consts.items():
             ptr = self.drv.alloc(a.nbytes)
             self.drv.htod(ptr, a)
             self._consts[b] = ptr
 
-    def _launch_all(self, ptr: dict[int, int]) -> None:
-        for s in self.schedule.steps:
-            self._launch_step(s, ptr)
+    def _load(self, spec: KernelSpec) -> Any:
+        kind, image = choose_code(spec, self.chip)
+        try:
+            mod = self.drv.load(image, kind, spec.name)
+            self.code[spec.name] = kind
+        except OpfuseError as e:
+            ptx = [c for c in spec.ptx if _cc(c) <= _cc(self.chip)]
+            if kind != "cubin" or not ptx:
+                raise OpfuseError(f"kernel {spec.name}: {e}") from None
+            mod = self.drv.load(spec.ptx[max(ptx, key=_cc)].encode(), "ptx", spec.name)
+            self.code[spec.name] = f"ptx (the cubin did not load: {e})"
+        self._modules.append(mod)
+        return self.drv.function(mod, spec.entry, len(spec.params))
 
-    def _launch_step(self, s, ptr: dict[int, int]) -> None:
-        if isinstance(s, Call):
-            spec = self.kernels[s.func]
-            args = bind_params(spec, [ptr[a] for a in s.args], [ptr[r] for r in s.results])
-            self.drv.launch(self._functions[s.func], spec.grid, spec.block, spec.smem, args)
-        elif isinstance(s, Copy):
-            self.drv.dtod(ptr[s.dst], ptr[s.src], self.schedule.buffers[s.dst].nbytes)
-
-    def bind(self, *arrays: np.ndarray) -> Callable[[], list[np.ndarray]]:
-        """Upload ``arrays`` once; the returned function launches everything, synchronizes
-        and downloads the outputs (``.launch_only()`` just enqueues the kernels)."""
+    def bind(self, *arrays: np.ndarray) -> "Bound":
+        """Upload ``arrays`` once, allocate every buffer and pack every launch's parameters:
+        the returned :class:`Bound` runs the program (``bound()`` -> outputs) as often as
+        wanted without host-side work beyond one driver call per launch."""
         drv, plan, sched = self.drv, self.plan, self.schedule
         owned: list[Any] = []  # keeps allocations alive as long as the bound call
         mem: dict[int, Any] = {}
@@ -140,35 +143,17 @@ class CudaProgram:
                     mem[r] = drv.alloc(sched.buffers[r].nbytes)
                     owned.append(mem[r])
             ptr[b.id] = int(mem[r])
-        host = [np.empty(sched.buffers[o].shape, sched.buffers[o].dtype) for o in sched.outputs]
-
-        def run() -> list[np.ndarray]:
-            self._launch_all(ptr)
-            drv.synchronize()
-            for h, o in zip(host, sched.outputs):
-                drv.dtoh(h, ptr[o])
-            return [h.copy() for h in host]
-
-        def launch_only() -> None:
-            self._launch_all(ptr)
-
-        def step_times(repeat: int) -> list[tuple[str, float]]:
-            """(kernel, fastest of ``repeat`` solo launches) per kernel call, in order."""
-            out = []
-            for s in sched.steps:
-                if isinstance(s, Call):
-                    best = min(
-                        drv.elapsed(lambda s=s: self._launch_step(s, ptr)) for _ in range(repeat)
-                    )
-                    out.append((s.func, best))
-            return out
-
-        run.launch_only = launch_only  # type: ignore[attr-defined]
-        run.step_times = step_times  # type: ignore[attr-defined]
-        # seconds of device time of one run (CUDA events; no transfers): for timers
-        run.device_time = lambda: drv.elapsed(launch_only)  # type: ignore[attr-defined]
-        run.owned = owned  # type: ignore[attr-defined]
-        return run
+        steps: list[tuple[str, Callable[[], None]]] = []
+        for s in sched.steps:
+            if isinstance(s, Call):
+                spec = self.kernels[s.func]
+                args = bind_params(spec, [ptr[a] for a in s.args], [ptr[r] for r in s.results])
+                raw = drv.prepare(self._functions[s.func], spec.grid, spec.block, spec.smem, args)
+                steps.append((s.func, _named(spec, raw)))
+            elif isinstance(s, Copy):
+                n = self.schedule.buffers[s.dst].nbytes
+                steps.append(("copy", lambda s=s, n=n: drv.dtod(ptr[s.dst], ptr[s.src], n)))
+        return Bound(self, steps, ptr, owned)
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
         return self.bind(*arrays)()
@@ -182,7 +167,6 @@ class CudaProgram:
         self.drv.synchronize()
         return [self.drv.elapsed(run.launch_only) for _ in range(repeat)]
 
-
     def kernel_times(self, *arrays: np.ndarray, repeat: int = 10) -> list[tuple[str, float]]:
         """Seconds of each kernel call alone (CUDA events around one launch, fastest of
         ``repeat``), in program order, after one full run so every input of every kernel
@@ -191,6 +175,81 @@ class CudaProgram:
         run.launch_only()
         self.drv.synchronize()
         return run.step_times(repeat)
+
+
+def _named(spec: KernelSpec, launch: Callable[[], None]) -> Callable[[], None]:
+    """``launch``, with the kernel named in any error it raises."""
+
+    def named() -> None:
+        try:
+            launch()
+        except OpfuseError as e:
+            raise OpfuseError(f"{describe(spec)}: {e}") from None
+
+    return named
+
+
+def describe(spec: KernelSpec) -> str:
+    return f"kernel {spec.name} (entry {spec.entry}, emitter {spec.emitter})"
+
+
+class Bound:
+    """A program bound to device buffers (:meth:`CudaProgram.bind`).
+
+    Attributes:
+        steps: ``(kernel name or "copy", launcher)`` in program order; each launcher
+            enqueues one launch (parameters packed once) and names its kernel on error.
+    """
+
+    def __init__(self, program: CudaProgram, steps, ptr: dict[int, int], owned: list):
+        self.program = program
+        self.drv = program.drv
+        self.steps = steps
+        self.ptr = ptr
+        self.owned = owned
+        sched = program.schedule
+        self._host = [np.empty(sched.buffers[o].shape, sched.buffers[o].dtype) for o in sched.outputs]
+
+    def launch_only(self) -> None:
+        """Enqueue every step (no synchronization)."""
+        for _, launch in self.steps:
+            launch()
+
+    def outputs(self) -> list[np.ndarray]:
+        self.drv.synchronize()
+        for h, o in zip(self._host, self.program.schedule.outputs):
+            self.drv.dtoh(h, self.ptr[o])
+        return [h.copy() for h in self._host]
+
+    def __call__(self) -> list[np.ndarray]:
+        self.launch_only()
+        return self.outputs()
+
+    def run_checked(self) -> list[np.ndarray]:
+        """Run once, synchronizing after every kernel: a fault (an illegal address, a
+        trap) is reported with the kernel that caused it, not by a later call."""
+        for name, launch in self.steps:
+            launch()
+            if name == "copy":
+                continue
+            try:
+                self.drv.synchronize()
+            except OpfuseError as e:
+                spec = self.program.kernels[name]
+                raise OpfuseError(f"{describe(spec)} failed on the device: {e}") from None
+        return self.outputs()
+
+    def kernels(self) -> list[tuple[str, Callable[[], None]]]:
+        """``(name, launcher)`` of every kernel call, in program order."""
+        return [(n, f) for n, f in self.steps if n != "copy"]
+
+    def device_time(self) -> float:
+        """Seconds of device time of one run (CUDA events; no transfers)."""
+        return self.drv.elapsed(self.launch_only)
+
+    def step_times(self, repeat: int) -> list[tuple[str, float]]:
+        """(kernel, fastest of ``repeat`` solo launches) per kernel call, in order."""
+        return [(n, min(self.drv.elapsed(f) for _ in range(repeat))) for n, f in self.kernels()]
 
 
 def load(executable: Any) -> CudaProgram:
@@ -216,6 +275,7 @@ def copy_bandwidth(nbytes: int = 1 << 30, repeat: int = 10) -> float:
 
 
 __all__ = [
+    "Bound",
     "CudaProgram",
     "available",
     "choose_code",

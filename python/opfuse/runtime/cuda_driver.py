@@ -9,10 +9,15 @@ Two interchangeable implementations of :class:`Driver`:
 
 Both are imported on first use only. Every call is checked and a failure raises
 :class:`OpfuseError` naming the driver call (``cuLaunchKernel(...) failed: ...``).
+
+Launches are prepared once (:meth:`Driver.prepare`: the kernel's parameters packed into
+the buffer the driver reads) and then cost one driver call each, so that timing many
+launches between two events measures the kernels, not Python's argument packing.
 """
 
 from __future__ import annotations
 
+import atexit
 from typing import Any, Callable
 
 import numpy as np
@@ -38,11 +43,26 @@ class Driver:
         """Load a module from ``image`` (``kind``: ``cubin`` or ``ptx``)."""
 
     def function(self, module: Any, entry: str, n_params: int) -> Any: ...
-    def launch(self, fn: Any, grid, block, smem: int, args: list[int]) -> None: ...
+    def prepare(self, fn: Any, grid, block, smem: int, args: list[int]) -> Callable[[], None]:
+        """A launcher: each call enqueues the kernel with these arguments (packed once)
+        and checks the launch call's result."""
+        raise NotImplementedError
+
+    def launch(self, fn: Any, grid, block, smem: int, args: list[int]) -> None:
+        self.prepare(fn, grid, block, smem, args)()
+
+    def memset(self, ptr: int, byte: int, nbytes: int) -> None: ...
     def synchronize(self) -> None: ...
     def elapsed(self, work: Callable[[], None]) -> float:
         """Seconds of device time ``work`` enqueues (CUDA events around it)."""
         raise NotImplementedError
+
+    def attribute(self, name: str) -> int:
+        """A ``CU_DEVICE_ATTRIBUTE_<name>`` of device 0 (``L2_CACHE_SIZE``, ...)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the context (PyCUDA's is pushed on creation and must be popped)."""
 
 
 def _check(what: str, fn: Callable, *args, **kwargs):
@@ -97,18 +117,37 @@ class PyCudaDriver(Driver):
         fn.prepare("P" * n_params)
         return fn
 
-    def launch(self, fn, grid, block, smem, args):
-        _check(
-            f"cuLaunchKernel(grid={tuple(grid)}, block={tuple(block)})",
-            fn.prepared_call,
-            tuple(grid),
-            tuple(block),
-            *[int(a) for a in args],
-            shared_size=smem,
-        )
+    def prepare(self, fn, grid, block, smem, args):
+        what = f"cuLaunchKernel(grid={tuple(grid)}, block={tuple(block)})"
+        grid, block, values = tuple(grid), tuple(block), [int(a) for a in args]
+        try:  # PyCUDA's prepared_call packs on every call; pack once, launch many times
+            from pycuda._pvt_struct import pack  # noqa: PLC0415
+
+            buf = pack(fn.arg_format, *values)
+            raw = fn._launch_kernel
+        except (ImportError, AttributeError):
+            return lambda: _check(what, fn.prepared_call, grid, block, *values, shared_size=smem)
+
+        def launch() -> None:
+            _check(what, raw, grid, block, buf, smem, None)
+
+        return launch
+
+    def memset(self, ptr, byte, nbytes):
+        _check("cuMemsetD8", self.drv.memset_d8, int(ptr), byte, nbytes)
 
     def synchronize(self):
         _check("cuCtxSynchronize", self.drv.Context.synchronize)
+
+    def attribute(self, name):
+        attr = getattr(self.drv.device_attribute, name)
+        return int(_check(f"cuDeviceGetAttribute({name})", self.device.get_attribute, attr))
+
+    def close(self):
+        if self.context is not None:
+            ctx, self.context = self.context, None
+            _check("cuCtxPopCurrent", self.drv.Context.pop)
+            _check("cuDevicePrimaryCtxRelease", ctx.detach)
 
     def elapsed(self, work):
         start, end = self.drv.Event(), self.drv.Event()
@@ -215,13 +254,13 @@ class CudaPythonDriver(Driver):
         )
         return fn
 
-    def launch(self, fn, grid, block, smem, args):
-        # kernelParams: an array of pointers, each to one argument's value (a device address)
+    def prepare(self, fn, grid, block, smem, args):
+        # kernelParams: an array of pointers, each to one argument's value (a device
+        # address); both arrays live as long as the launcher
         values = np.array([int(a) for a in args], dtype=np.uint64)
         pointers = np.array([values.ctypes.data + 8 * i for i in range(len(args))], dtype=np.uint64)
-        self._call(
-            f"cuLaunchKernel(grid={tuple(grid)}, block={tuple(block)})",
-            self.cu.cuLaunchKernel,
+        what = f"cuLaunchKernel(grid={tuple(grid)}, block={tuple(block)})"
+        call = (
             fn,
             *[int(g) for g in grid],
             *[int(b) for b in block],
@@ -230,10 +269,31 @@ class CudaPythonDriver(Driver):
             pointers.ctypes.data if len(args) else 0,
             0,
         )
-        _ = (values, pointers)
+        launch_kernel = self.cu.cuLaunchKernel
+
+        def launch() -> None:
+            self._call(what, launch_kernel, *call)
+
+        launch.keep = (values, pointers)  # type: ignore[attr-defined]
+        return launch
+
+    def memset(self, ptr, byte, nbytes):
+        self._call("cuMemsetD8", self.cu.cuMemsetD8, self.cu.CUdeviceptr(int(ptr)), byte, nbytes)
 
     def synchronize(self):
         self._call("cuCtxSynchronize", self.cu.cuCtxSynchronize)
+
+    def attribute(self, name):
+        attr = getattr(self.cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+        (value,) = self._call(
+            f"cuDeviceGetAttribute({name})", self.cu.cuDeviceGetAttribute, attr, self.device
+        )
+        return int(value)
+
+    def close(self):
+        if self.context is not None:
+            self.context = None
+            self._call("cuDevicePrimaryCtxRelease", self.cu.cuDevicePrimaryCtxRelease, self.device)
 
     def elapsed(self, work):
         (start,) = self._call("cuEventCreate", self.cu.cuEventCreate, 0)
@@ -284,6 +344,14 @@ class _Allocation:
 IMPLEMENTATIONS = {"pycuda": PyCudaDriver, "cuda-python": CudaPythonDriver}
 
 
+def _close(drv: Driver) -> None:
+    """At exit: release the context (a PyCUDA context left pushed aborts the process)."""
+    try:
+        drv.close()
+    except Exception:  # noqa: BLE001  (exiting: nothing to report to)
+        pass
+
+
 def get(preferred: str | None = None) -> Driver:
     """The driver (created once): ``preferred`` (``pycuda`` or ``cuda-python``), else
     ``$OPFUSE_CUDA_BINDING``, else the first that works, PyCUDA first.
@@ -313,6 +381,7 @@ def get(preferred: str | None = None) -> Driver:
             reasons.append(f"{name}: {e}")
             continue
         _DRIVER[name] = _DRIVER[key] = drv
+        atexit.register(_close, drv)
         return drv
     raise OpfuseError(
         "cuda backend not available: "

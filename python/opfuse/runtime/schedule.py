@@ -263,13 +263,16 @@ class KernelSpec:
     Attributes:
         name: the fused function it implements (``fusion_3_loop``); schedule calls name it.
         entry: the PTX ``.entry`` symbol.
-        emitter: which emitter built it (``loop``, ``rows``, ``matmul``, ``fallback``).
+        emitter: which emitter built it (``loop``, ``rows``, ``mma``, ``matmul`` (SIMT),
+            ``fallback``).
         params: per kernel argument, in launch order, ``["arg", i]`` or ``["result", i]``
             of the fused function (the outliner's order, read from the IR).
         grid, block: launch shape; ``smem``: dynamic shared memory bytes (static shared
             memory is in the PTX).
         ptx: PTX text per chip; ``resources``: ``ptxas -v`` figures per chip (when ptxas
             ran); ``cubin``: assembled code per chip (bytes, when ptxas ran).
+        meta: what the emitter chose, for reports and estimates (matmuls: ``tile`` [bm,
+            bn, bk], ``warps``, ``stages``, ``mma`` (the tensor-core kind) or absent).
     """
 
     name: str
@@ -283,6 +286,7 @@ class KernelSpec:
     resources: dict[str, dict] = field(default_factory=dict)
     cubin: dict[str, bytes] = field(default_factory=dict)
     vector_lanes: int = 1
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def threads_per_block(self) -> int:
@@ -299,6 +303,7 @@ class KernelSpec:
             "smem": self.smem,
             "resources": self.resources,
             "vector_lanes": self.vector_lanes,
+            "meta": self.meta,
         }
 
     @classmethod
@@ -313,6 +318,7 @@ class KernelSpec:
             int(data.get("smem", 0)),
             resources=dict(data.get("resources", {})),
             vector_lanes=int(data.get("vector_lanes", 1)),
+            meta=dict(data.get("meta", {})),
         )
 
 

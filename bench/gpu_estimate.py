@@ -1,0 +1,146 @@
+"""Per matmul kernel: an analytic H200 time estimate next to the roofline (no GPU needed).
+
+For the matmul graphs (G1, G5, G6, G7) at full size, in f32 and bf16, every matmul kernel
+opfuse generates is described by what the compiler knows of it (launch shape, tile,
+``ptxas -v`` registers and shared memory for sm_90 when ptxas is installed, the fusion
+report's FLOPs and bytes) and estimated with :func:`opfuse.codegen.estimate.matmul_kernel`:
+blocks per SM, occupancy, waves, compute and memory time, and the roofline of the problem
+(FLOPs at the dense tensor peak for bf16, at the FFMA peak for f32; bytes at HBM
+bandwidth). Both variants of each kernel are estimated: the default (bf16: tensor cores;
+f32: SIMT) and the other one (bf16: ``matmul=simt``; f32: TF32 tensor cores), so the gap
+between them, and to the roofline, shows without a GPU. Every figure is an **estimate**
+(the model is in codegen/estimate.py); tools/gpu-check measures the same kernels on a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opfuse.codegen import estimate
+from opfuse.codegen import ptxas as ptxas_mod
+from opfuse.codegen.gpu import compile_module
+from opfuse.frontends.graphs import graphs
+
+GRAPHS = ("g1_mlp", "g5_attention", "g6_encoder_layer", "g7_rmsnorm_swiglu")
+DTYPES = ("bf16", "f32")
+CHIP = "sm_90"
+#: (variant name, compile_module options) per dtype: the default first
+VARIANTS = {
+    "bf16": (("mma", {}), ("simt", {"matmul": "simt"})),
+    "f16": (("mma", {}), ("simt", {"matmul": "simt"})),
+    "f32": (("simt", {}), ("tf32", {"allow_tf32": True})),
+}
+METHOD = (
+    "estimate, not a measurement: the busiest SM's share of the device peak (mma.sync for "
+    "tensor-core kernels, FFMA otherwise) for the FLOPs the kernel executes (tiles padded), "
+    "against HBM bytes and L2 tile traffic; occupancy from ptxas registers and shared memory "
+    "(codegen/estimate.py); roofline: max(FLOPs / dense peak of the operand type, bytes / "
+    "HBM bandwidth)"
+)
+
+
+def run(names=GRAPHS, dtypes=DTYPES, scale: int = 1, log=print) -> dict[str, Any]:
+    """The ``gpu_estimate`` section of bench.json."""
+    from opfuse import compile as opfuse_compile
+
+    dev = estimate.device(CHIP)
+    have_ptxas = ptxas_mod.find_ptxas() is not None
+    rows = []
+    for dtype in dtypes:
+        gs = graphs(scale=scale, dtype=dtype)
+        for name in names:
+            exe = opfuse_compile(gs[name], backend="cpu")
+            report = {k["name"]: k for k in exe.report.get("kernels", [])}
+            for variant, options in VARIANTS[dtype]:
+                program = compile_module(
+                    exe._source, targets=(CHIP,), ptxas=have_ptxas, **options
+                )
+                for k in program.kernels.values():
+                    if k.emitter not in ("mma", "matmul"):
+                        continue
+                    res = k.resources.get(CHIP, {})
+                    r = report.get(k.name, {})
+                    est = estimate.matmul_kernel(
+                        dev,
+                        grid=k.grid,
+                        block=k.block,
+                        meta=k.meta,
+                        flops=r.get("flops", 0),
+                        bytes_=r.get("bytes", 0),
+                        registers=res.get("registers"),
+                        smem=res.get("smem"),
+                    )
+                    rows.append(
+                        {
+                            "graph": name,
+                            "dtype": dtype,
+                            "variant": variant,
+                            "default": variant == VARIANTS[dtype][0][0],
+                            "kernel": k.name,
+                            "emitter": k.emitter,
+                            "grid": list(k.grid),
+                            "block": list(k.block),
+                            "tile": k.meta.get("tile"),
+                            "stages": k.meta.get("stages", 1),
+                            "smem": res.get("smem", 0),
+                            "spills": res.get("spill_stores", 0) + res.get("spill_loads", 0),
+                            **{key: est[key] for key in _KEEP if key in est},
+                        }
+                    )
+            log(f"  gpu estimate: {name} {dtype} ({len(rows)} kernel rows so far)")
+    return {
+        "device": dev.name,
+        "chip": CHIP,
+        "scale": scale,
+        "method": METHOD,
+        "registers_from": "ptxas" if have_ptxas else "assumed (no ptxas: 128 per thread)",
+        "kernels": rows,
+        "graphs": _totals(rows),
+    }
+
+
+_KEEP = ("estimate_s", "roofline_s", "compute_s", "memory_s", "bound", "blocks",
+         "blocks_per_sm", "waves", "occupancy", "registers", "flops", "executed_flops", "bytes")
+
+
+def _totals(rows: list[dict]) -> list[dict]:
+    """Per graph, dtype and variant: the matmul kernels' estimates and rooflines summed."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["graph"], r["dtype"], r["variant"])
+        t = out.setdefault(key, {"graph": key[0], "dtype": key[1], "variant": key[2],
+                                 "default": r["default"], "kernels": 0, "estimate_s": 0.0,
+                                 "roofline_s": 0.0})
+        t["kernels"] += 1
+        t["estimate_s"] += r["estimate_s"]
+        t["roofline_s"] += r["roofline_s"]
+    return list(out.values())
+
+
+def markdown(section: dict[str, Any]) -> list[str]:
+    """The README/bench.md table: one row per matmul kernel (estimates in µs)."""
+    lines = [
+        f"Matmul kernels on an {section['device']}: **estimates** from the generated kernels "
+        f"(registers from {section['registers_from']}), not measurements; "
+        "roofline = max(FLOPs / peak of the operand type, bytes / HBM bandwidth).",
+        "",
+        "| graph | dtype | kernel | variant | tile | grid | blocks/SM | occupancy | GFLOP | MB "
+        "| estimate µs | roofline µs | bound |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in section["kernels"]:
+        tile = "x".join(map(str, r["tile"])) if r.get("tile") else "-"
+        lines.append(
+            f"| {r['graph']} | {r['dtype']} | {r['kernel']} | {r['variant']} | {tile} "
+            f"| {'x'.join(map(str, r['grid']))} | {r.get('blocks_per_sm', '-')} "
+            f"| {r.get('occupancy', 0):.2f} | {r['flops'] / 1e9:.2f} | {r['bytes'] / 1e6:.1f} "
+            f"| {r['estimate_s'] * 1e6:.1f} | {r['roofline_s'] * 1e6:.1f} | {r.get('bound', '-')} |"
+        )
+    lines += ["", "| graph | dtype | variant | matmul kernels | estimate µs | roofline µs |",
+              "|---|---|---|---|---|---|"]
+    for t in section["graphs"]:
+        lines.append(
+            f"| {t['graph']} | {t['dtype']} | {t['variant']}{' (default)' if t['default'] else ''} "
+            f"| {t['kernels']} | {t['estimate_s'] * 1e6:.1f} | {t['roofline_s'] * 1e6:.1f} |"
+        )
+    return lines
