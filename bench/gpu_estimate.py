@@ -144,3 +144,27 @@ def markdown(section: dict[str, Any]) -> list[str]:
             f"| {t['kernels']} | {t['estimate_s'] * 1e6:.1f} | {t['roofline_s'] * 1e6:.1f} |"
         )
     return lines
+
+
+def readme_table(section: dict[str, Any]) -> list[str]:
+    """The README's table: the default variant of each kernel, the other variant's estimate
+    beside it (bf16: SIMT; f32: TF32), and the roofline."""
+    other = {(r["graph"], r["dtype"], r["kernel"]): r for r in section["kernels"] if not r["default"]}
+    lines = [
+        "| graph | dtype | kernel | tile (bm×bn×bk) | grid | blocks/SM | occupancy | GFLOP | MB "
+        "| estimate µs | other variant µs | roofline µs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in section["kernels"]:
+        if not r["default"]:
+            continue
+        o = other.get((r["graph"], r["dtype"], r["kernel"]))
+        alt = f"{o['estimate_s'] * 1e6:.1f} ({o['variant']})" if o else "-"
+        tile = "×".join(map(str, r["tile"])) if r.get("tile") else "-"
+        lines.append(
+            f"| {r['graph']} | {r['dtype']} | {r['kernel']} ({r['variant']}) | {tile} "
+            f"| {'×'.join(map(str, r['grid']))} | {r['blocks_per_sm']} | {r['occupancy']:.2f} "
+            f"| {r['flops'] / 1e9:.2f} | {r['bytes'] / 1e6:.1f} | {r['estimate_s'] * 1e6:.1f} "
+            f"| {alt} | {r['roofline_s'] * 1e6:.1f} |"
+        )
+    return lines

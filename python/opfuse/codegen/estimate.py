@@ -5,16 +5,18 @@ a formula, shared memory, executed FLOPs, device bytes) and a device description
 estimate is the larger of
 
 * compute: the busiest SM runs ``ceil(blocks / SMs)`` blocks; its share of the device's
-  peak (tensor-core ``mma.sync`` for MMA kernels, FFMA otherwise) bounds how fast;
+  peak (tensor-core ``mma.sync`` for MMA kernels, FFMA otherwise) bounds how fast, scaled
+  down when fewer warps are resident on the SM than it takes to keep the pipes busy
+  (assumed: 8 warps for mma.sync, two per scheduler; 16 for FFMA);
 * memory: the kernel's device-memory bytes at the device's bandwidth, and the bytes its
   blocks read from L2 (a matmul's operand tiles, each read by every block of its row or
   column of the grid) at the L2's (an assumed 2x the DRAM bandwidth);
 
 next to occupancy (blocks per SM from registers, shared memory and threads; the fraction
 of the SM's thread slots they fill) and waves (``ceil(blocks / (SMs x blocks per SM))``).
-It does not model latency (a kernel with too few warps to hide load latency is slower
-than this), L2 traffic or clock throttling: it shows the gap to the roofline that tiling
-and occupancy explain, and ``tools/gpu-check`` measures the rest on a device.
+Beyond that warp count it does not model latency (launch, pipeline fill, the epilogue),
+bank conflicts or clock throttling: it shows the gap to the roofline that tiling and
+occupancy explain, and ``tools/gpu-check`` measures the rest on a device.
 
 The matmul emitter uses the same model to choose block tiles (:mod:`.matmul_tiles`), and
 the benchmark suite reports it per matmul kernel next to the roofline
@@ -52,6 +54,9 @@ class Device:
     ffma_flops: float
     tensor_flops: dict = field(default_factory=dict)
     mma_sync_flops: dict = field(default_factory=dict)
+    #: resident warps per SM that keep the mma.sync / FFMA pipes busy (an assumption)
+    busy_warps_mma: int = 8
+    busy_warps_ffma: int = 16
     regs_per_sm: int = 65536
     max_threads_per_sm: int = 2048
     max_blocks_per_sm: int = 32
@@ -133,7 +138,9 @@ def kernel_estimate(
         return {"not_available": f"a block does not fit on an SM ({registers} registers, "
                                  f"{smem} bytes of shared memory, {threads} threads)"}
     per_sm = -(-blocks // dev.sms)  # blocks the busiest SM runs, one after another or together
-    t_compute = per_sm * (flops / blocks) / (peak / dev.sms)
+    warps = min(bps, per_sm) * -(-threads // 32)  # resident on the busiest SM
+    busy = min(1.0, warps / (dev.busy_warps_mma if kind else dev.busy_warps_ffma))
+    t_compute = per_sm * (flops / blocks) / (peak / dev.sms * busy)
     t_memory = max(bytes_ / dev.dram_bps, l2_bytes / dev.l2_bps)
     t = max(t_compute, t_memory)
     return {
@@ -146,6 +153,7 @@ def kernel_estimate(
         "blocks_per_sm": bps,
         "waves": -(-blocks // (dev.sms * bps)),
         "occupancy": round(min(bps, per_sm) * threads / dev.max_threads_per_sm, 4),
+        "pipe_busy": round(busy, 3),
         "peak_flops_used": peak,
     }
 

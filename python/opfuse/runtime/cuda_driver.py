@@ -352,6 +352,14 @@ def _close(drv: Driver) -> None:
         pass
 
 
+def install(drv: Driver) -> None:
+    """Make ``drv`` the driver every later :func:`get` returns, whatever binding is asked
+    for (a stand-in for the GPU: tools/gpu-check's tests run it on a stubbed driver)."""
+    _DRIVER.clear()
+    for key in ("auto", *IMPLEMENTATIONS):
+        _DRIVER[key] = drv
+
+
 def get(preferred: str | None = None) -> Driver:
     """The driver (created once): ``preferred`` (``pycuda`` or ``cuda-python``), else
     ``$OPFUSE_CUDA_BINDING``, else the first that works, PyCUDA first.
@@ -390,4 +398,4 @@ def get(preferred: str | None = None) -> Driver:
     )
 
 
-__all__ = ["CudaPythonDriver", "Driver", "PyCudaDriver", "get"]
+__all__ = ["CudaPythonDriver", "Driver", "PyCudaDriver", "get", "install"]

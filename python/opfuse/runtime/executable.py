@@ -26,7 +26,7 @@ from mlir import ir
 
 from ..errors import OpfuseError
 from ..ir import parse_module, print_module
-from .schedule import DTYPES, contiguous
+from .schedule import DTYPES, bf16_bits_to_float32, contiguous, float32_to_bf16_bits  # noqa: F401
 
 #: Stage names in pipeline order (ARCHITECTURE.md); ``cpu`` is the LLVM-dialect module.
 STAGES = ("linalg", "fused", "kernels", "nvvm", "ptx", "cubin", "cpu")
@@ -173,19 +173,6 @@ def signature_of(func: ir.Operation) -> Signature:
     inputs = tuple(spec(t, f"input #{i}") for i, t in enumerate(ftype.inputs))
     outputs = tuple(spec(t, f"result #{i}") for i, t in enumerate(ftype.results))
     return Signature(name, inputs, outputs)
-
-
-def float32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 values to bf16 bit patterns (uint16), rounding to nearest even."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    nan = np.isnan(np.asarray(x, dtype=np.float32))
-    return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
-
-
-def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
-    """bf16 bit patterns (uint16) to float32 values (exact)."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 class Executable:

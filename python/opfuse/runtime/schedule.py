@@ -32,6 +32,19 @@ DTYPES = {
 }
 
 
+def float32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 values to bf16 bit patterns (uint16), rounding to nearest even."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(np.asarray(x, dtype=np.float32))
+    return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
+
+
+def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns (uint16) to float32 values (exact)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
 def dtype_of(element_type: str) -> np.dtype:
     try:
         return DTYPES[element_type]
