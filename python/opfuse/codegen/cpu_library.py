@@ -18,12 +18,14 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
+import mlir
 from mlir import ir
 from mlir.dialects import func as func_d
 
 from .. import tempdirs
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 from .cpu import clone_module, lower_to_llvm
+from .cpu_pipeline import llvm_tool
 
 WRAPPER_PREFIX = "opfuse_call_"
 
@@ -38,18 +40,13 @@ def symbol(kernel: str) -> str:
 
 
 def _tools() -> tuple[str, str, str]:
-    import mlir
-
     translate = llc = None
     for p in getattr(mlir, "__path__", []):
         cand = Path(p) / "bin" / "mlir-translate"
         if cand.is_file():
             translate = str(cand)
-        cand = Path(p).parent / "llvm" / "bin" / "llc"
-        if cand.is_file():
-            llc = str(cand)
     translate = translate or shutil.which("mlir-translate")
-    llc = llc or shutil.which("llc")
+    llc = llvm_tool("llc")
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     missing = [n for n, v in (("mlir-translate", translate), ("llc", llc), ("cc", cc)) if not v]
     if missing:
