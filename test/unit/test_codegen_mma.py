@@ -39,7 +39,7 @@ def emulated(g: Graph, inputs=None, **options):
     on ``inputs`` (default: the graph's example inputs)."""
     args = inputs_of(g) if inputs is None else inputs
     program = compile_module(compile_cpu(g)._source, lower=False, **options)
-    emu = emulate.Emulator(parse_module(program.outlined_ir, make_context()))
+    emu = emulate.Emulator(parse_module(program.outlined_ir, make_context()), bank_stats=True)
 
     def call(func, fargs, results):
         for r in results:
@@ -131,6 +131,7 @@ def test_emulated_mma_matches_numpy(build, dtype):
     assert emu.stats.mma > 0
     # every ldmatrix phase conflict-free: the padded rows put 8 rows in 8 bank groups
     assert emu.stats.ldmatrix_wavefronts == emu.stats.ldmatrix_matrices
+    assert emu.stats.shared_load_wavefronts == emu.stats.shared_loads
 
 
 @pytest.mark.parametrize("build", [linear, weight_t, input_t, odd_n], ids=lambda f: f.__name__)
@@ -145,6 +146,9 @@ def test_tf32_when_allowed(build):
     program, emu = check(g, allow_tf32=True)
     assert {k.emitter for k in program.kernels.values()} == {"mma"}
     assert "nvvm.convert.float.to.tf32" in program.kernels_ir and emu.stats.mma > 0
+    # element loads of fragments ldmatrix cannot transpose: conflict-free too (row stride
+    # 8 banks mod 32)
+    assert emu.stats.shared_load_wavefronts == emu.stats.shared_loads
 
 
 def test_tf32_from_the_environment(monkeypatch):

@@ -47,11 +47,16 @@ def test_full_size_matmul_kernels_use_tensor_cores_without_spills(name, dtype):
     program = compile_module(compile_cpu(g)._source, targets=CHIPS, ptxas=False)
     matmuls = [k for k in program.kernels.values() if k.name.endswith("_output")]
     assert matmuls and all(k.emitter == "mma" for k in matmuls), program.notes
+    assembled: set = set()
     for k in matmuls:
         for chip in CHIPS:
             ptx = k.ptx[chip]
             assert f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32" in ptx, k.name
             assert "cp.async.cg.shared.global" in ptx and "ldmatrix.sync.aligned" in ptx, k.name
+            same = (chip, ptx.replace(k.entry, "kernel"))  # G6's four projections: one PTX
+            if same in assembled:
+                continue
+            assembled.add(same)
             _, res = ptxas_mod.assemble(ptx, chip, name=k.name)
             (r,) = res.values()
             assert r.spill_stores == 0 and r.spill_loads == 0, (k.name, chip, r)

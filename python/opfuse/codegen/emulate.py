@@ -272,9 +272,12 @@ class Emulator:
         racecheck: raise on shared-memory races (see the module docstring).
     """
 
-    def __init__(self, module: ir.Module, *, racecheck: bool = True):
+    def __init__(self, module: ir.Module, *, racecheck: bool = True, bank_stats: bool = False):
         self.module = module
         self.racecheck = racecheck
+        #: Count shared-memory bank conflicts of scalar loads too (ldmatrix always), in
+        #: :attr:`stats`: off by default (it costs a sort per load).
+        self.bank_stats = bank_stats
         #: What the tensor-core and async-copy ops did (ldmatrix bank conflicts, ...).
         self.stats = emulate_mma.MmaStats()
         self.funcs = {}
@@ -485,6 +488,8 @@ class Emulator:
         if rows is None:
             return arr[safe]
         self._track(mem, safe, mask, L, op, write=False)
+        if self.bank_stats:
+            emulate_mma.count_banks(self.stats, safe, mask, arr.itemsize)
         return arr[rows, safe]
 
     def _store(

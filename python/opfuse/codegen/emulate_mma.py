@@ -149,6 +149,8 @@ class MmaStats:
     ldmatrix_wavefronts: int = 0  # phases they cost (== matrices when conflict-free)
     mma: int = 0  # warp-level mma instructions executed
     cp_async: int = 0  # thread-level copies issued
+    shared_loads: int = 0  # warp-level scalar shared loads (with Emulator(bank_stats=True))
+    shared_load_wavefronts: int = 0  # the shared-memory phases they cost
 
 
 # ----- the ops ------------------------------------------------------------------------------
@@ -248,6 +250,25 @@ def ldmatrix(emu, op: ir.Operation, env: dict, mask: np.ndarray, L) -> None:
         waves = np.maximum(waves, n_distinct)
     emu.stats.ldmatrix_matrices += int(rows_addr.shape[0] * count)
     emu.stats.ldmatrix_wavefronts += int(np.sum(waves))
+
+
+def count_banks(stats: MmaStats, addr: np.ndarray, mask: np.ndarray, itemsize: int) -> None:
+    """Bank conflicts of one scalar shared load (elements of at most 4 bytes): per warp,
+    the most distinct 4-byte words any of the 32 banks must serve (lanes reading the same
+    word are served at once)."""
+    m = np.broadcast_to(mask, addr.shape).reshape(-1, WARP)
+    words = (addr.astype(np.int64) * itemsize // 4).reshape(-1, WARP)
+    keys = np.where(m, (words % 32) * (1 << 40) + words, -1)
+    keys.sort(axis=1)
+    first = np.ones_like(keys, dtype=bool)
+    first[:, 1:] = keys[:, 1:] != keys[:, :-1]
+    first &= keys >= 0
+    per_bank = np.zeros((keys.shape[0], 32), np.int64)
+    rows = np.repeat(np.arange(keys.shape[0]), WARP).reshape(keys.shape)
+    np.add.at(per_bank, (rows[first], (keys[first] >> 40)), 1)
+    active = m.any(axis=1)
+    stats.shared_loads += int(active.sum())
+    stats.shared_load_wavefronts += int(per_bank.max(axis=1)[active].sum())
 
 
 def _unpack(reg: np.ndarray, ptx: str, n: int) -> np.ndarray:

@@ -96,10 +96,9 @@ def emit_mma(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     t = choose(M, N, K, c.n_batch, kind, opts.target, a_k, b_k)
     grid = (-(-N // t.bn), -(-M // t.bm), c.n_batch)
     require(grid[1] <= 65535 and grid[2] <= 65535, "too many tiles")
-    e = kind.element_bytes
     ops = []
     for j, (extent, size, k_major) in enumerate(((t.bm, M, a_k), (t.bn, N, b_k))):
-        ld = mma.padded_ld(t.bk if k_major else extent, e)
+        ld = mma.shared_ld(t.bk if k_major else extent, kind, k_major)
         ops.append(_Operand(j, extent, size, k_major, ld, (extent if k_major else t.bk) * ld))
     shared = [Shared(t.stages * o.stage, kind.element) for o in ops]
     kb = KernelBuilder(module, name, group.params, grid, (t.threads, 1, 1), shared)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import estimate
-from .mma import MmaKind, padded_ld
+from .mma import MmaKind, shared_ld
 
 MAX_STAGES = 4
 
@@ -63,8 +63,8 @@ CANDIDATES = (
 def stage_bytes(bm: int, bn: int, bk: int, kind: MmaKind, a_k_major: bool, b_k_major: bool) -> int:
     """Shared-memory bytes of one pipeline stage (A and B slabs, padded rows)."""
     e = kind.element_bytes
-    a = bm * padded_ld(bk, e) if a_k_major else bk * padded_ld(bm, e)
-    b = bn * padded_ld(bk, e) if b_k_major else bk * padded_ld(bn, e)
+    a = bm * shared_ld(bk, kind, True) if a_k_major else bk * shared_ld(bm, kind, False)
+    b = bn * shared_ld(bk, kind, True) if b_k_major else bk * shared_ld(bn, kind, False)
     return (a + b) * e
 
 

@@ -38,7 +38,8 @@ operand PTX types are explicit, is used for all three kinds. TF32 operands are r
 ``allow_tf32``.
 
 Shared-memory layouts without bank conflicts: :func:`padded_ld` pads every row so that the
-eight 16-byte rows one ``ldmatrix`` phase reads fall in eight different bank groups.
+eight 16-byte rows one ``ldmatrix`` phase reads fall in eight different bank groups;
+:func:`shared_ld` picks it, or the stride that element loads of TF32 fragments need.
 """
 
 from __future__ import annotations
@@ -156,6 +157,19 @@ def padded_ld(row_elems: int, elem_bytes: int) -> int:
     ld = -(-row_elems // per16) * per16
     while (ld * elem_bytes // ROW_BYTES) % 2 == 0:
         ld += per16
+    return ld
+
+
+def shared_ld(row_elems: int, kind: "MmaKind", k_contiguous: bool) -> int:
+    """Elements per shared row of an operand tile this kind reads: :func:`padded_ld` where
+    ldmatrix reads it; for the element loads of TF32 tiles stored along M/N (lane ``l``
+    reads row ``k = l % 4`` (+4), column ``l / 4``) a stride of 8 banks modulo 32, so the
+    four rows x eight columns a warp reads fall in 32 different banks."""
+    if kind.per_reg == 2 or k_contiguous:
+        return padded_ld(row_elems, kind.element_bytes)
+    ld = -(-row_elems // 4) * 4  # rows stay 16-byte aligned for cp.async
+    while ld % 32 != 8:
+        ld += 4
     return ld
 
 
@@ -383,4 +397,5 @@ __all__ = [
     "conflict_free",
     "kind_for",
     "padded_ld",
+    "shared_ld",
 ]
