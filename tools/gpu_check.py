@@ -24,8 +24,8 @@ Two steps, because the GPU machine has no MLIR and no network:
           estimate (codegen/estimate.py) for matmul kernels;
         * the other matmul variant: same results, per-kernel times side by side (SIMT vs
           MMA);
-        * the same graph in eager PyTorch and torch.compile on the device (torch is on the
-          image), times and correctness.
+        * at the end, in one process, the same graphs in eager PyTorch and torch.compile
+          on the device (torch is on the image): times, correctness, ratio to opfuse.
       The exit status is 0 only if every graph ran every phase and was correct; a graph
       skipped (out of time) or failed is named in the JSON (``skipped``, ``failed``).
       PyCUDA is built from the carried sdist in the background while the checks run on
@@ -275,21 +275,37 @@ def run(
     entries = [e for e in spec["entries"] if only is None or e["key"] in only or e["graph"] in only]
     build = start_pycuda_build(folder, result) if (pycuda and not dry_run and not stub) else None
     write()
-    tasks = ["device"] + [e["key"] for e in entries]
+    # torch last, in one process for every graph (importing torch and initializing its
+    # CUDA state once, not once per graph)
+    tasks = ["device"] + [e["key"] for e in entries] + ["torch"]
     reserve = RESERVE_S if build is not None else 2  # the PyCUDA check needs its time
     for n, key in enumerate(tasks):
         left = clock.left() - reserve
         # a fair share: no task may take more than twice what is left per remaining task
         share = max(GRAPH_MIN_S, 2 * left / (len(tasks) - n))
         if left < GRAPH_MIN_S:
-            result["skipped"].append({"key": key, "why": f"out of time: {max(0, left):.0f} s left"})
+            why = f"out of time: {max(0, left):.0f} s left"
+            if key == "torch":  # the peers' figures, not a check of opfuse: no failure
+                result["torch"] = {"not_available": why}
+            else:
+                result["skipped"].append({"key": key, "why": why})
             write()
             continue
         t0 = time.time()
-        entry = run_task(folder, key, min(left, share), out_dir, isolate=isolate, dry_run=dry_run, stub=stub,
-                         peaks=result.get("device_info", {}).get("peaks"))
+        context = {
+            "peaks": result.get("device_info", {}).get("peaks", {}),
+            "only": sorted(result["graphs"]),
+            "fused_s": {k: g.get("program", {}).get("fused_hot", {}).get("median_s")
+                        for k, g in result["graphs"].items()},
+        }
+        entry = run_task(folder, key, min(left, share), out_dir, isolate=isolate,
+                         dry_run=dry_run, stub=stub, context=context)
         entry["task_s"] = round(time.time() - t0, 1)
-        if key == "device":
+        if key == "torch":
+            result["torch"] = {k: v for k, v in entry.items() if k != "graphs"}
+            for k, t in entry.get("graphs", {}).items():
+                result["graphs"].setdefault(k, {})["torch"] = t
+        elif key == "device":
             result["device_info"] = entry
             result["binding"] = entry.get("binding")
             if entry.get("error"):
@@ -323,13 +339,13 @@ def _finish(result: dict, write, clock: Clock) -> int:
     return result["exit_status"]
 
 
-def run_task(folder, key, seconds, out_dir, *, isolate, dry_run, stub, peaks) -> dict:
+def run_task(folder, key, seconds, out_dir, *, isolate, dry_run, stub, context) -> dict:
     """One task (``device`` or a graph key) with ``seconds`` to finish: in a child process
     (the default) or here."""
     deadline = time.time() + seconds
     if not isolate:
         entry: dict = {}
-        task(folder, key, deadline, entry, lambda: None, dry_run=dry_run, stub=stub, peaks=peaks)
+        task(folder, key, deadline, entry, lambda: None, dry_run=dry_run, stub=stub, context=context)
         return entry
     part = out_dir / f".gpu-check.{key}.json"
     cmd = [sys.executable, str(SCRIPT), "task", str(folder), key, "--out", str(part),
@@ -338,8 +354,7 @@ def run_task(folder, key, seconds, out_dir, *, isolate, dry_run, stub, peaks) ->
         cmd.append("--dry-run")
     if stub:
         cmd += ["--stub", stub]
-    if peaks:
-        cmd += ["--peaks", json.dumps(peaks)]
+    cmd += ["--context", json.dumps(context)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 10)
         rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
@@ -359,17 +374,26 @@ def run_task(folder, key, seconds, out_dir, *, isolate, dry_run, stub, peaks) ->
     return entry
 
 
-def task(folder, key, deadline, entry, save, *, dry_run=False, stub=None, peaks=None) -> None:
-    """Run task ``key`` into ``entry`` (``save()`` after every phase)."""
+def task(folder, key, deadline, entry, save, *, dry_run=False, stub=None, context=None) -> None:
+    """Run task ``key`` (``device``, a graph key, ``torch``) into ``entry`` (``save()``
+    after every phase). ``context``: the device's peaks, the graphs run so far and their
+    fused program times."""
+    context = context or {}
     try:
         if stub:
             _install_stub(stub, folder, key)
+        spec = json.loads((folder / "inputs.json").read_text()) if key != "device" else {}
         if key == "device":
             device_info(entry, deadline, dry_run)
+        elif key == "torch":
+            if dry_run or stub:
+                entry["not_available"] = "no device for torch (dry run or stub driver)"
+            else:
+                torch_section(folder, spec, entry, deadline, save, context)
         else:
-            spec = json.loads((folder / "inputs.json").read_text())
             (e,) = [x for x in spec["entries"] if x["key"] == key]
-            check_graph(folder, spec, e, entry, deadline, save, dry_run=dry_run, peaks=peaks or {})
+            check_graph(folder, spec, e, entry, deadline, save, dry_run=dry_run,
+                        peaks=context.get("peaks") or {})
     except Exception as exc:  # noqa: BLE001  (the JSON says what went wrong, never a lost run)
         entry["error"] = f"{type(exc).__name__}: {exc}"
         entry["traceback"] = traceback.format_exc()[-3000:]
@@ -509,17 +533,31 @@ def check_graph(folder, spec, e, entry, deadline, save, *, dry_run, peaks) -> No
                            "program": program, "args": args, "values": values,
                            "deadline": deadline, "compare": lambda a, b: compare(a, b, dtype)}
                 entry[name] = mod.run_graph(context)
-    if drv.name == "stub":
-        entry["torch"] = {"not_available": "a stub driver: no device for torch"}
-        return
-    with phase(entry, "torch", deadline, 10, save) as go:
-        if go:
-            import gpu_check_torch
 
-            ref = _outputs(bundles["fused"].program("cpu")(*args)) if e["reference"] == "full" else None
-            fused_s = entry.get("program", {}).get("fused_hot", {}).get("median_s")
-            entry["torch"] = gpu_check_torch.run_graph(
-                e["graph"], dtype, values, ref, fused_s, deadline - 3, lambda got, want: compare(got, want, dtype))
+
+def torch_section(folder, spec, entry, deadline, save, context) -> None:
+    """Every graph that ran, in eager PyTorch (all first), then torch.compile while time
+    is left (gpu_check_torch.py)."""
+    import gpu_check_torch
+    from opfuse.runtime import bundle as rb
+
+    entries = [e for e in spec["entries"] if e["key"] in set(context.get("only", []))]
+    graphs = entry.setdefault("graphs", {})
+    for compile_ in (False, True):
+        for e in entries:
+            if time.time() > deadline - (gpu_check_torch.COMPILE_S if compile_ else 3):
+                graphs.setdefault(e["key"], {}).setdefault(
+                    "compile" if compile_ else "eager", {"not_available": "out of time"})
+                continue
+            args, values = make_inputs(e["inputs"], spec["seed"])
+            ref = None
+            if e["reference"] == "full":
+                ref = _outputs(rb.load(folder / e["bundles"]["fused"]).program("cpu")(*args))
+            dtype = e["dtype"]
+            graphs.setdefault(e["key"], {}).update(gpu_check_torch.run_graph(
+                e["graph"], dtype, values, ref, context.get("fused_s", {}).get(e["key"]),
+                deadline - 3, lambda got, want, d=dtype: compare(got, want, d), compile_=compile_))
+            save()
 
 
 def _outputs(out):
@@ -592,6 +630,13 @@ def _side_by_side(default_rows, variant_rows) -> list[dict]:
 def summary_line(key: str, e: dict) -> str:
     if e.get("error"):
         return f"{key:28s} ERROR {e['error']}"
+    if key == "torch":
+        rows = []
+        for k, g in e.get("graphs", {}).items():
+            eager, comp = g.get("eager", {}), g.get("compile", {})
+            fig = lambda r: f"{r['median_s'] * 1e3:.3f}ms" if "median_s" in r else "n/a"  # noqa: E731
+            rows.append(f"{k}: eager {fig(eager)} compile {fig(comp)}")
+        return f"{key:28s} " + ("; ".join(rows) or e.get("not_available", "nothing measured"))
     if key == "device":
         peaks = e.get("peaks", {})
         return f"{key:28s} {e.get('binding')} {e.get('chip', '')} " + " ".join(
@@ -700,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--deadline", type=float, required=True)
     t.add_argument("--dry-run", action="store_true")
     t.add_argument("--stub")
-    t.add_argument("--peaks")
+    t.add_argument("--context", help="JSON: peaks, graphs run, fused times")
     args = ap.parse_args(argv)
     if args.cmd == "prepare":
         from opfuse.errors import OpfuseError
@@ -717,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
         entry: dict = {}
         task(args.folder, args.key, args.deadline, entry, lambda: _write_json(args.out, entry),
              dry_run=args.dry_run, stub=args.stub,
-             peaks=json.loads(args.peaks) if args.peaks else None)
+             context=json.loads(args.context) if args.context else None)
         return 1 if entry.get("error") else 0
     only = set(args.only.split(",")) if args.only else None
     return run(args.folder, args.out, budget=args.budget, only=only, dry_run=args.dry_run,

@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 
 TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-#: torch.compile runs only with this much of the graph's time left (Inductor's first
-#: compile of a graph takes seconds to tens of seconds).
+#: torch.compile of a graph starts only with this much of the torch task's time left
+#: (Inductor's first compile of a graph takes seconds to tens of seconds).
 COMPILE_S = 30
 
 
@@ -86,37 +86,35 @@ def peak_flops(deadline: float) -> dict:
     return out
 
 
-def run_graph(graph: str, dtype: str, values, reference, fused_s, deadline: float, compare) -> dict:
-    """Eager and torch.compile times of ``graph`` on ``values`` (float64 inputs), their
-    correctness against ``reference`` (None: not at this size) and their ratio to opfuse's
-    fused program time ``fused_s``."""
+def run_graph(graph: str, dtype: str, values, reference, fused_s, deadline: float, compare,
+              *, compile_: bool = False) -> dict:
+    """Eager (or, with ``compile_``, torch.compile) time of ``graph`` on ``values`` (float64
+    inputs), its correctness against ``reference`` (None: not at this size) and its ratio
+    to opfuse's fused program time ``fused_s``: ``{"eager": ...}`` or ``{"compile": ...}``."""
     torch, why = _torch()
     if torch is None:
-        return {"not_available": why}
+        return {"compile" if compile_ else "eager": {"not_available": why}}
     from bench.peers import models, torch_ops
 
     model = models.MODELS[graph]
     tdtype = getattr(torch, TORCH_DTYPES[dtype])
     inputs = [torch.tensor(v, dtype=torch.float32).to(device="cuda", dtype=tdtype) for v in values]
-    out: dict = {"version": torch.__version__}
     with torch.no_grad():
         eager = lambda: model(torch_ops, *inputs)  # noqa: E731
-        out["eager"] = _measure(torch, eager, reference, fused_s, deadline, compare)
-        if time.time() > deadline - COMPILE_S:
-            out["compile"] = {"not_available": f"skipped: less than {COMPILE_S} s left for "
-                                               "Inductor's compile in this graph's share"}
-            return out
+        if not compile_:
+            return {"eager": _measure(torch, eager, reference, fused_s, deadline, compare),
+                    "version": torch.__version__}
         try:
             t0 = time.perf_counter()
             compiled = torch.compile(eager)
             compiled()
             torch.cuda.synchronize()
             compile_s = time.perf_counter() - t0
-            out["compile"] = _measure(torch, compiled, reference, fused_s, deadline, compare)
-            out["compile"]["compile_s"] = compile_s
+            row = _measure(torch, compiled, reference, fused_s, deadline, compare)
+            row["compile_s"] = compile_s
         except Exception as e:  # noqa: BLE001  (Inductor may not work on the image)
-            out["compile"] = {"not_available": f"torch.compile failed: {type(e).__name__}: {e}"[:500]}
-    return out
+            row = {"not_available": f"torch.compile failed: {type(e).__name__}: {e}"[:500]}
+    return {"compile": row}
 
 
 def _measure(torch, fn, reference, fused_s, deadline, compare) -> dict:
