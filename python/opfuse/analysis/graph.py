@@ -30,6 +30,10 @@ class Node:
     results: list[ir.Value]
     group: int | None = None  # opfuse.group from the IR, if any
     users: list[int] = field(default_factory=list)  # indices of consumer nodes (deduplicated)
+    # tensors the op's body reads at data-dependent positions (tensor.extract of a value
+    # from outside the op: a gather); also in ``reads``. Their producer must have finished
+    # before any of the op runs, so it never joins the op's kernel (Planner.gather_via).
+    gathers: list[ir.Value] = field(default_factory=list)
 
     @property
     def kind(self) -> OpKind:
@@ -62,7 +66,10 @@ class FuncGraph:
             if info.kind == OpKind.FREE:  # a dense constant: memory, not a kernel
                 continue
             reads = _memory_reads(op, info, free_values)
-            node = Node(op, len(self.nodes), info, reads, list(op.results), _group_of(op))
+            gathers = _gathered(op, free_values)
+            reads += [v for v in gathers if v not in reads]
+            node = Node(op, len(self.nodes), info, reads, list(op.results), _group_of(op),
+                        gathers=gathers)
             for v in node.results:
                 self.producer[v] = node.index
             self.nodes.append(node)
@@ -119,6 +126,29 @@ def _memory_reads(op: ir.Operation, info: OpInfo, free_values: set[ir.Value]) ->
         if used and v not in free_values:
             reads.append(v)
     return reads
+
+
+def _gathered(op: ir.Operation, free_values: set[ir.Value]) -> list[ir.Value]:
+    """Tensors defined outside ``op`` that ops inside its regions read (``tensor.extract``
+    in a gather's body), in first-use order."""
+    if not op.regions or op.name != "linalg.generic":
+        return []
+    inside: set[ir.Value] = set()
+    out: dict[ir.Value, None] = {}
+    for region in op.regions:
+        for block in region.blocks:
+            inside.update(block.arguments)
+            for inner in block.operations:
+                for nested in walk_nested(inner.operation):
+                    for v in nested.operands:
+                        if v not in inside and v not in free_values and \
+                                isinstance(v.type, ir.ShapedType):
+                            out.setdefault(v)
+                    inside.update(nested.results)
+                    for r in nested.regions:
+                        for b in r.blocks:
+                            inside.update(b.arguments)
+    return list(out)
 
 
 def _group_of(op: ir.Operation) -> int | None:

@@ -153,9 +153,10 @@ class Planner:
     def try_merge(self, p: Group, c: Group, *, why: str = "") -> bool:
         """Merge ``p`` into ``c`` if that keeps the graph acyclic and the guard agrees.
         Records a ledger entry either way."""
-        via = self.cycle_via(p, c)
+        via = self.cycle_via(p, c) or self.gather_via(p, c)
         if via is not None:
-            self.refuse(p, c, f"would create a cycle through {via}")
+            self.refuse(p, c, via if via.startswith("gathers") else
+                        f"would create a cycle through {via}")
             return False
         verdict = self.evaluate(p, c)
         step = self._fuel(verdict)
@@ -177,10 +178,11 @@ class Planner:
         saved = self._snapshot([p, *chain])
         merged = p
         for g in chain:
-            via = self.cycle_via(merged, g)
+            via = self.cycle_via(merged, g) or self.gather_via(merged, g)
             if via is not None:
                 self._restore(saved)
-                self.refuse(p, c, f"would create a cycle through {via}")
+                self.refuse(p, c, via if via.startswith("gathers") else
+                            f"would create a cycle through {via}")
                 return False
             merged = self._union(merged, g)
         verdict = cost.guard(merged.registers(), q_unfused, merged.q, self.options)
@@ -223,6 +225,20 @@ class Planner:
     def refuse(self, p: Group, c: Group, reason: str) -> None:
         """Record a structural refusal (no guard numbers apply)."""
         self._record(p, c, False, reason, {}, None, "")
+
+    def gather_via(self, p: Group, c: Group) -> str | None:
+        """Why ``c`` cannot take ``p`` in: a member of ``c`` gathers (reads at
+        data-dependent positions) a tensor a member of ``p`` computes, which must be complete
+        before the gather starts; None if none does."""
+        made = {v for m in p.members for v in self.graph.nodes[m].results}
+        for m in c.members:
+            node = self.graph.nodes[m]
+            for v in node.gathers:
+                if v in made:
+                    return (f"gathers from its producer's result: {node.label} reads "
+                            f"{self.graph.nodes[self.graph.producer[v]].label} at "
+                            "data-dependent positions")
+        return None
 
     def cycle_via(self, p: Group, c: Group) -> str | None:
         """A node outside p and c on a path p -> ... -> c, or None. Nodes after c's last

@@ -534,10 +534,50 @@ class Evaluator:
                 dim = ir.IntegerAttr(inner.attributes["dim"]).value
                 env[inner.results[0]] = self.index_value(point[dim])
                 continue
+            if inner.name == "tensor.extract" and len(inner.operands) > 1:
+                src, *coords = inner.operands
+                env[inner.results[0]] = self.gather(src, [get(c) for c in coords])
+                continue
             vals = [get(o) for o in inner.operands]
             for res, val in zip(inner.results, self.emit(inner, vals)):
                 env[res] = val
         raise Unsupported("a linalg.generic payload without linalg.yield")
+
+    def gather(self, src: ir.Value, coords: Sequence[Val]) -> Val:
+        """``tensor.extract src[coords]`` at data-dependent coordinates (a gather's body):
+        a load from the kernel parameter ``src`` lives in at the row-major address of the
+        coordinates, per lane when they differ between lanes. The coordinates are in range
+        (the builder clamps them), and ``src`` is complete before the kernel starts (its
+        producer never joins a gather's kernel)."""
+        leaf = self.leaf(src)
+        if leaf is None:
+            raise Unsupported("a gather from a tensor computed in the same kernel")
+        kb = self.kb
+        strides = [1] * len(leaf.shape)
+        for d in range(len(leaf.shape) - 2, -1, -1):
+            strides[d] = strides[d + 1] * leaf.shape[d + 1]
+
+        def address(parts: list[ir.Value]) -> ir.Value:
+            addr = None
+            for c, stride in zip(parts, strides):
+                term = c if stride == 1 else kb.create(
+                    "arith.muli", [kb.index_type], [c, kb.index(stride)]).results[0]
+                addr = term if addr is None else kb.create(
+                    "arith.addi", [kb.index_type], [addr, term]).results[0]
+            return addr if addr is not None else kb.index(0)
+
+        if all(c.uniform for c in coords) or self.lanes == 1:
+            with kb.emitting():
+                return Val(memref.load(leaf.mem, [address([c.ssa for c in coords])]), True)
+        elems = []
+        for lane in range(self.lanes):
+            with kb.emitting():
+                parts = [c.ssa if c.uniform else vector.extract(c.ssa, [], [lane]) for c in coords]
+            addr = address(parts)
+            with kb.emitting():
+                elems.append(memref.load(leaf.mem, [addr]))
+        with kb.emitting():
+            return Val(vector.from_elements(self._vt(leaf.element_type), elems), False)
 
     def emit(self, op: ir.Operation, vals: Sequence[Val]) -> list[Val]:
         """Clone scalar op ``op`` on ``vals``: scalar if all are uniform, else on vectors."""

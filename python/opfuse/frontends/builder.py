@@ -73,7 +73,9 @@ elementwise generic: broadcasting, keepdims, constants), ``builder_elementwise``
 comparisons, masks, casts, ``iota``/``full``), ``builder_movement`` (broadcast_to,
 transpose, reshape, concat), ``builder_reductions`` (reductions, matmul),
 ``builder_conv`` (pad, conv2d),
-``builder_composites`` (gelu ... rms_norm) and ``builder_reference`` (the numpy reference).
+``builder_gather`` (take, embedding, gather, index, index_select: ``tensor.extract`` in a
+generic, bounds clamped), ``builder_composites`` (gelu ... rms_norm) and
+``builder_reference`` (the numpy reference).
 The public names (``__all__``) are importable from here.
 """
 
@@ -83,6 +85,7 @@ from .builder_composites import CompositeOps
 from .builder_conv import ConvolutionOps
 from .builder_core import GraphCore
 from .builder_elementwise import ElementwiseOps
+from .builder_gather import GatherOps
 from .builder_movement import DataMovementOps
 from .builder_reductions import ReductionOps
 from .builder_reference import ReferenceEvaluation
@@ -117,6 +120,7 @@ class Graph(
     DataMovementOps,
     ReductionOps,
     ConvolutionOps,
+    GatherOps,
     CompositeOps,
     ReferenceEvaluation,
     GraphCore,

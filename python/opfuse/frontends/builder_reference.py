@@ -72,6 +72,24 @@ def _conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, groups: int) -> np
     return out
 
 
+def _take(node: _Node, vals: list[np.ndarray]) -> np.ndarray:
+    """A gather: the source at one coordinate array per dim (``builder_gather``)."""
+    source, shape = vals[0], node.shape
+    grids = []
+    for d, c in enumerate(node.attrs["coords"]):
+        n = source.shape[d]
+        if isinstance(c, int):
+            g = np.arange(shape[c]).reshape([-1 if k == c else 1 for k in range(len(shape))])
+        else:
+            aligned = [1] * len(shape)
+            for a, k in enumerate(c[2]):
+                aligned[k] = node.args[1 + c[1]].shape[a]
+            g = vals[1 + c[1]].astype(np.int64).reshape(aligned)
+            g = np.clip(np.where(g < 0, g + n, g), 0, n - 1)
+        grids.append(np.broadcast_to(g, shape))
+    return source[tuple(grids)]
+
+
 class ReferenceEvaluation(GraphCore):
     """``reference`` and ``random_inputs``: the graph run in numpy."""
 
@@ -158,6 +176,8 @@ class ReferenceEvaluation(GraphCore):
                 else:
                     out = _NUMPY[at["fn"]](*vals)
                 return np.broadcast_to(out, at["logical"]).reshape(node.shape)
+            if op == "take":
+                return _take(node, vals)
             if op == "reduce":
                 return (np.sum if at["kind"] == "sum" else np.max)(vals[0], axis=at["axes"])
             if op in ("matmul", "batch_matmul"):

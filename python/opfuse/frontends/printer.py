@@ -96,6 +96,16 @@ class _Body:
             return self.op(f"arith.cmpi {'eq' if negate else 'ne'}, {v}, {zero} : {t}")
         return self.op(f"arith.cmpf {'oeq' if negate else 'une'}, {v}, {zero} : {t}")
 
+    def bounded_index(self, v: str, t: str, n: int) -> str:
+        """The ``index`` of the integer ``v`` (type ``t``) into a dim of size ``n``: ``v + n``
+        if negative, then clamped to ``[0, n - 1]`` (never outside the buffer)."""
+        zero, size, last = self.const(0, t), self.const(n, t), self.const(n - 1, t)
+        negative = self.op(f"arith.cmpi slt, {v}, {zero} : {t}")
+        wrapped = self.op(f"arith.addi {v}, {size} : {t}")
+        w = self.op(f"arith.select {negative}, {wrapped}, {v} : {t}")
+        clamped = self.op(f"arith.minsi {self.op(f'arith.maxsi {w}, {zero} : {t}')}, {last} : {t}")
+        return self.op(f"arith.index_cast {clamped} : {t} to index")
+
     def boolean(self, c: str) -> str:
         """An i1 widened to the i8 that booleans are stored as."""
         return self.op(f"arith.extui {c} : i1 to i8")
@@ -313,6 +323,26 @@ class Printer:
             return body.op(f"{op} {v}, {acc} : {node.dtype}")
 
         return self._generic(node, [x], maps, iterators, self._init(node, init), payload)
+
+    def _take(self, node: _Node) -> str:
+        """A gather (``builder_gather``): index tensors as ins, the source read with
+        ``tensor.extract`` at loop indices or at bounded index values."""
+        x, *index = node.args
+        rank = len(node.shape)
+        maps = [_affine_map(rank, m) for m in node.attrs["maps"]]
+        maps.append(_affine_map(rank, range(rank)))
+
+        def payload(body: _Body, block: list[str], acc: str) -> str:
+            coords = []
+            for d, c in enumerate(node.attrs["coords"]):
+                if isinstance(c, int):
+                    coords.append(body.op(f"linalg.index {c} : index"))
+                else:
+                    coords.append(body.bounded_index(block[c[1]], index[c[1]].dtype, x.shape[d]))
+            return body.op(f"tensor.extract {self.val(x)}[{', '.join(coords)}] : {_ty(x)}")
+
+        init = self._init(node, None)
+        return self._generic(node, index, maps, ["parallel"] * rank, init, payload)
 
     def _matmul(self, node: _Node) -> str:
         x, y = node.args
