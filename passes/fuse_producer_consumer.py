@@ -107,6 +107,8 @@ def _duplicate_producers(planner: Planner, options: Options,
         if len(consumers) < 2:
             continue
         v = node.results[0]
+        if any(v in graph.nodes[r].gathers for r in graph.readers(v)):
+            continue  # a gather reads it whole, inside its body: it stays one tensor
         out_bytes = value_bytes(v)
         in_bytes = sum(value_bytes(r) for r in node.reads)
         q_keep = out_bytes * (1 + len(consumers))  # write once, read back by every consumer

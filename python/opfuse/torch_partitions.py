@@ -40,6 +40,7 @@ TORCH_DTYPES = {
     "bf16": torch.bfloat16,
     "i8": torch.bool,
     "i64": torch.int64,
+    "i32": torch.int32,
 }
 
 

@@ -57,3 +57,26 @@ def assert_close(got, want, rtol: float = RTOL, atol: float = ATOL) -> None:
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
+
+
+def assert_everywhere(graph, args: list, want: list, *, kernels: int | None = None):
+    """The builder's reference, the fused and the unfused CPU program and the fused GPU
+    kernels in the emulator (race check on) all give ``want`` (one array per output);
+    ``kernels``: the fused kernel count. Returns the fused Executable."""
+    from opfuse.codegen import emulate
+    from opfuse.codegen.gpu import compile_module
+
+    for r, w in zip(graph.reference(*args), want):
+        assert r.dtype == w.dtype, (r.dtype, w.dtype)
+        np.testing.assert_allclose(r, w, rtol=1e-6, atol=1e-6)
+    fused = compile_cpu(graph)
+    for exe in (fused, compile_cpu(graph, fusion=False)):
+        for o, w in zip(as_tuple(exe(*args)), want):
+            assert o.dtype == w.dtype, (o.dtype, w.dtype)
+            np.testing.assert_allclose(o, w, rtol=1e-6, atol=1e-6)
+    program = compile_module(fused._source, lower=False)
+    for o, w in zip(emulate.run_program(program, args), want):
+        np.testing.assert_allclose(o, w, rtol=1e-5, atol=1e-6)
+    if kernels is not None:
+        assert fused.report["totals"]["after"]["kernels"] == kernels
+    return fused

@@ -12,13 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import opfuse
 from opfuse.builder import Graph
-from opfuse.codegen import emulate
-from opfuse.codegen.gpu import compile_module
 from opfuse.errors import OpfuseError
 
-from test_codegen_common import compile_cpu
+from test_codegen_common import assert_everywhere
 
 RNG = np.random.default_rng(0)
 
@@ -26,26 +23,6 @@ RNG = np.random.default_rng(0)
 def _bounded(i: np.ndarray, n: int) -> np.ndarray:
     """The documented bounds: negative indices wrap once, then clamp to [0, n - 1]."""
     return np.clip(np.where(i < 0, i + n, i), 0, n - 1)
-
-
-def _run_all(g: Graph, args: list[np.ndarray], want: list[np.ndarray], kernels: int | None = None):
-    """Reference, CPU fused, CPU unfused and emulated GPU kernels all equal ``want``."""
-    for got in g.reference(*args):
-        np.testing.assert_allclose(got, want[0], rtol=1e-6, atol=1e-6)
-        want = want[1:] + want[:1]
-    fused = compile_cpu(g)
-    unfused = compile_cpu(g, fusion=False)
-    ref = g.reference(*args)
-    for exe in (fused, unfused):
-        out = exe(*args)
-        for o, r in zip(out if isinstance(out, tuple) else (out,), ref):
-            np.testing.assert_allclose(o, r, rtol=1e-6, atol=1e-6)
-    program = compile_module(fused._source, lower=False)
-    for o, r in zip(emulate.run_program(program, args), ref):
-        np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-6)
-    if kernels is not None:
-        assert fused.report["totals"]["after"]["kernels"] == kernels
-    return fused
 
 
 def test_embedding_with_scale_position_add_and_layernorm_is_one_kernel():
@@ -59,7 +36,7 @@ def test_embedding_with_scale_position_add_and_layernorm_is_one_kernel():
     I = RNG.integers(0, 50, (2, 7))
     e = W[I] * 4.0 + P
     want = (e - e.mean(-1, keepdims=True)) / np.sqrt(e.var(-1, keepdims=True) + 1e-5)
-    _run_all(g, [W, I, P], [want.astype(np.float32)], kernels=1)
+    assert_everywhere(g, [W, I, P], [want.astype(np.float32)], kernels=1)
 
 
 def test_out_of_range_indices_never_read_outside_the_buffer():
@@ -71,7 +48,7 @@ def test_out_of_range_indices_never_read_outside_the_buffer():
     g.output(g.embedding(w, ids) + 1.0)
     W = RNG.standard_normal((5, 4)).astype(np.float32)
     I = np.array([0, 4, 5, 1000, -1, -1000])
-    _run_all(g, [W, I], [W[_bounded(I, 5)] + 1.0])
+    assert_everywhere(g, [W, I], [W[_bounded(I, 5)] + 1.0])
 
 
 def test_gather_along_a_dim():
@@ -80,7 +57,7 @@ def test_gather_along_a_dim():
     idx = g.input("idx", (3, 4), "i64")
     g.output(g.gather(x, 1, idx) * 2.0)
     X, I = RNG.standard_normal((3, 10)).astype(np.float32), RNG.integers(-10, 10, (3, 4))
-    _run_all(g, [X, I], [np.take_along_axis(X, _bounded(I, 10), 1) * 2.0])
+    assert_everywhere(g, [X, I], [np.take_along_axis(X, _bounded(I, 10), 1) * 2.0])
 
 
 def test_advanced_index_broadcasts_its_index_tensors():
@@ -96,7 +73,7 @@ def test_advanced_index_broadcasts_its_index_tensors():
     M = RNG.integers(0, 2, (2, 8))
     B, K = np.arange(2).reshape(2, 1, 1, 1), np.arange(8).reshape(1, 1, 1, 8)
     X, J = RNG.standard_normal((3, 6, 5)).astype(np.float32), np.array([5, 0, 2, 2])
-    _run_all(g, [M, B, K, X, J], [M[B, K].astype(np.float32), X[:, J] + 0.5])
+    assert_everywhere(g, [M, B, K, X, J], [M[B, K].astype(np.float32), X[:, J] + 0.5])
 
 
 def test_index_select():
@@ -105,7 +82,7 @@ def test_index_select():
     j = g.input("j", (3,), "i64")
     g.output(g.index_select(x, 0, j) - 1.0)
     X = RNG.standard_normal((4, 6)).astype(np.float32)
-    _run_all(g, [X, np.array([3, 0, 3])], [X[[3, 0, 3]] - 1.0])
+    assert_everywhere(g, [X, np.array([3, 0, 3])], [X[[3, 0, 3]] - 1.0])
 
 
 def test_a_gathered_tensor_is_complete_before_the_gather():
@@ -116,7 +93,7 @@ def test_a_gathered_tensor_is_complete_before_the_gather():
     ids = g.input("ids", (5,), "i64")
     g.output(g.embedding(w * 2.0, ids))
     W, I = RNG.standard_normal((5, 4)).astype(np.float32), np.array([4, 1, 1, 0, 3])
-    fused = _run_all(g, [W, I], [W[I] * 2.0], kernels=2)
+    fused = assert_everywhere(g, [W, I], [W[I] * 2.0], kernels=2)
     reasons = [d["reason"] for d in fused.report["decisions"] if not d["fused"]]
     assert any("data-dependent positions" in r for r in reasons), reasons
 
@@ -126,3 +103,17 @@ def test_index_tensors_must_be_integers():
     w, ids = g.input("w", (4, 4)), g.input("ids", (2,))
     with pytest.raises(OpfuseError, match="index tensors are integers"):
         g.embedding(w, ids)
+
+
+def test_a_moved_table_read_by_a_gather_and_another_op():
+    """Regression (Phi, GPT-NeoX crashed the process): a transpose read by a gather and by
+    an elementwise op was duplicated into both; the copy replaced the gather's operands but
+    not the tensor.extract in its body, and the original was erased under it."""
+    g = Graph("moved_table")
+    w = g.input("w", (4, 6))
+    ids = g.input("ids", (6, 5), "i64")
+    t = g.transpose(w, (1, 0))  # (6, 4)
+    g.output(g.gather(t, 1, g.cast(g.cast(ids, "f32") * 0.5, "i64")), t * 3.0)
+    W, I = RNG.standard_normal((4, 6)).astype(np.float32), RNG.integers(0, 8, (6, 5))
+    T = W.T
+    assert_everywhere(g, [W, I], [np.take_along_axis(T, I // 2, 1), T * 3.0])

@@ -70,6 +70,21 @@ class ReductionOps(ElementwiseGenerics):
         logical = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
         return self._round_to(Tensor(self, node, logical, axes), x.dtype)
 
+    def cumsum(self, x: Tensor, axis: int, *, name: str | None = None) -> Tensor:
+        """Running sum along ``axis`` (``torch.cumsum``), in ``x``'s dtype (f16/bf16
+        accumulate in f32, then round; integers wrap like torch's).
+
+        One ``linalg.generic`` with a reduction loop ``r`` along the axis added to the
+        result's loops: the point ``j`` sums ``x[r]`` for ``r <= j`` (``O(n²)`` per row:
+        meant for the short rows models scan, position ids from an attention mask).
+        """
+        x = self._materialize(self._own(x))
+        if x.dtype == "i8":
+            raise OpfuseError("cumsum: of booleans (cast them to an integer first)")
+        axis = self._axes(x, axis)[0]
+        node = self._node("cumsum", name, x.shape, self._accumulator(x), (x,), axis=axis)
+        return self._round_to(Tensor(self, node, x.shape), x.dtype)
+
     # ----------------------------------------------------------------- contractions
 
     def matmul(self, x: Tensor, y: Tensor, *, name: str | None = None) -> Tensor:

@@ -176,6 +176,8 @@ class ReferenceEvaluation(GraphCore):
                 else:
                     out = _NUMPY[at["fn"]](*vals)
                 return np.broadcast_to(out, at["logical"]).reshape(node.shape)
+            if op == "cumsum":
+                return np.cumsum(vals[0], axis=at["axis"])
             if op == "take":
                 return _take(node, vals)
             if op == "reduce":

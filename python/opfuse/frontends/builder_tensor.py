@@ -21,7 +21,7 @@ Shape = tuple[int, ...]
 Scalar = float | int
 
 DTYPES = ("f32", "f16", "bf16")  # float dtypes: a graph's default, and every op's
-INT_DTYPES = ("i64", "i8")  # integers (iota, index arithmetic), booleans (0 or 1)
+INT_DTYPES = ("i64", "i32", "i8")  # integers (iota, index arithmetic), booleans (0 or 1)
 _ALL_DTYPES = DTYPES + INT_DTYPES
 # Names double as SSA names (%x) and locations: MLIR suffix-id characters only.
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.$-]*\Z")
@@ -36,7 +36,7 @@ def round_to_dtype(a: np.ndarray | float, dtype: str) -> np.ndarray:
     truncates toward zero (``arith.fptosi``), i8 booleans are ``a != 0``.
     """
     a = np.asarray(a, dtype=np.float64)
-    if dtype == "i64":
+    if dtype in ("i64", "i32"):
         return np.trunc(a)
     if dtype == "i8":
         return (a != 0).astype(np.float64)
@@ -56,6 +56,7 @@ def numpy_dtype(dtype: str) -> type:
         "f16": np.float16,
         "bf16": np.float32,
         "i64": np.int64,
+        "i32": np.int32,
         "i8": np.int8,
     }[_check_dtype(dtype)]
 
@@ -114,7 +115,7 @@ class Tensor:
 
     @property
     def dtype(self) -> str:
-        """The element type: ``f32``, ``f16``, ``bf16``, ``i64`` or ``i8`` (booleans)."""
+        """The element type: ``f32``, ``f16``, ``bf16``, ``i64``, ``i32`` or ``i8`` (booleans)."""
         return self.node.dtype
 
     @property

@@ -43,6 +43,7 @@ _COMPARE = {
     "gt": ("ogt", "sgt"),
     "ge": ("oge", "sge"),
 }
+_INT_BITS = {"i8": 8, "i32": 32, "i64": 64}
 _REDUCE = {"sum": ("arith.addf", 0.0), "max": ("arith.maximumf", -math.inf)}
 
 
@@ -168,13 +169,15 @@ class _Body:
         t = self.t
         if t == "i8":
             return self.boolean(self.truth(v, src))
-        if src == "i8" and t == "i64":
-            return self.op(f"arith.extui {v} : i8 to i64")
+        if _is_int(src) and _is_int(t):  # i8 booleans are 0/1; i32 <-> i64 keep the sign
+            wider = _INT_BITS[t] > _INT_BITS[src]
+            conv = ("extui" if src == "i8" else "extsi") if wider else "trunci"
+            return self.op(f"arith.{conv} {v} : {src} to {t}")
         if _is_int(src):  # to a float, through f32
             conv = "uitofp" if src == "i8" else "sitofp"
             return self.from_f32(self.op(f"arith.{conv} {v} : {src} to f32"))
-        if t == "i64":
-            return self.op(f"arith.fptosi {self.to_f32(v, src)} : f32 to i64")
+        if _is_int(t):
+            return self.op(f"arith.fptosi {self.to_f32(v, src)} : f32 to {t}")
         if src == "f32":
             return self.op(f"arith.truncf {v} : f32 to {t}")
         return self.from_f32(self.to_f32(v, src))  # a half type to f32 or to the other half
@@ -256,7 +259,8 @@ class Printer:
         e = self.emit(f"tensor.empty() : {ty}", node)
         if value is None:
             return e
-        c = self.emit(f"arith.constant {_float_literal(value, node.dtype)} : {node.dtype}", node)
+        literal = str(int(value)) if _is_int(node.dtype) else _float_literal(value, node.dtype)
+        c = self.emit(f"arith.constant {literal} : {node.dtype}", node)
         return self.emit(f"linalg.fill ins({c} : {node.dtype}) outs({e} : {ty}) -> {ty}", node)
 
     def _generic(
@@ -323,6 +327,31 @@ class Printer:
             return body.op(f"{op} {v}, {acc} : {node.dtype}")
 
         return self._generic(node, [x], maps, iterators, self._init(node, init), payload)
+
+    def _cumsum(self, node: _Node) -> str:
+        """A running sum along ``axis`` as a reduction over a triangular domain: loop ``r``
+        (the last) runs along the axis, and the point ``j`` adds ``x[.., r, ..]`` where
+        ``r <= j`` (``builder_reductions.cumsum``)."""
+        (x,) = node.args
+        axis, n = node.attrs["axis"], x.ndim
+        src = [f"d{n}" if k == axis else f"d{k}" for k in range(n)]
+        maps = [f"affine_map<({', '.join(f'd{k}' for k in range(n + 1))}) -> ({', '.join(src)})>",
+                _affine_map(n + 1, range(n))]
+        t = node.dtype
+
+        def payload(body: _Body, block: list[str], acc: str) -> str:
+            v = block[0]
+            if x.dtype != t:  # a half-precision input summed in f32
+                v = body.op(f"arith.extf {v} : {x.dtype} to {t}")
+            j = body.op(f"linalg.index {axis} : index")
+            r = body.op(f"linalg.index {n} : index")
+            inside = body.op(f"arith.cmpi ule, {r}, {j} : index")
+            add = "arith.addi" if _is_int(t) else "arith.addf"
+            s = body.op(f"{add} {acc}, {v} : {t}")
+            return body.op(f"arith.select {inside}, {s}, {acc} : {t}")
+
+        iterators = ["parallel"] * n + ["reduction"]
+        return self._generic(node, [x], maps, iterators, self._init(node, 0), payload)
 
     def _take(self, node: _Node) -> str:
         """A gather (``builder_gather``): index tensors as ins, the source read with

@@ -384,7 +384,7 @@ def _tensor_meta(node: Any, what: str) -> tuple[tuple[int, ...], str]:
         raise OpfuseError(f"{what} is a {type(val).__name__}: only tensors")
     if str(val.dtype) not in INPUT_DTYPES:
         raise OpfuseError(
-            f"{what} has dtype {val.dtype}: only float32, float16, bfloat16, int64, bool"
+            f"{what} has dtype {val.dtype}: only float32, float16, bfloat16, int64, int32, bool"
         )
     dtype = DTYPES[str(val.dtype)]
     try:

@@ -13,7 +13,7 @@ import math
 from typing import Any, Sequence
 
 from .builder import Tensor
-from .torch_aten_rule import Rule, RuleContext, registrar, with_dtype
+from .torch_aten_rule import Rule, RuleContext, promote, registrar, with_dtype
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)
@@ -155,3 +155,10 @@ def _rms_norm(
     xf = _fold_trailing(imp, x, k, "flat")
     y = imp.g.rms_norm(xf, _fold_trailing(imp, weight, k, "wflat"), eps, name=imp.name)
     return y if k == 1 else imp.g.reshape(y, x.shape, name=f"{imp.name}.unflat")
+
+
+@rule("aten.cumsum.default")
+def _cumsum(imp: RuleContext, x: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
+    # integers and booleans sum in int64 unless dtype= says otherwise: torch's result dtype
+    (x,) = promote(imp, x)
+    return imp.g.cumsum(x, dim, name=imp.name)

@@ -34,11 +34,14 @@ DTYPES = {
     "torch.bfloat16": "bf16",
     "torch.bool": "i8",
     "torch.int64": "i64",
+    "torch.int32": "i32",
 }
 # The dtypes a graph argument (user input, parameter, buffer, constant) may have: a bool
 # argument is passed as int8 (0 or 1), the i8 booleans the builder stores; int64 (token
 # ids, position ids, attention masks) as it is.
-INPUT_DTYPES = {"torch.float32", "torch.float16", "torch.bfloat16", "torch.bool", "torch.int64"}
+INPUT_DTYPES = {
+    "torch.float32", "torch.float16", "torch.bfloat16", "torch.bool", "torch.int64", "torch.int32"
+}
 
 
 class RuleContext(Protocol):
