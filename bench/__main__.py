@@ -38,6 +38,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "like opfuse's single-threaded CPU code; 0 = library defaults)")
     p.add_argument("--budget", type=float, default=None, help="seconds of interleaved timing "
                    "per graph (default 20; --quick 0.5)")
+    p.add_argument("--zoo", nargs="?", const="all", metavar="MODELS",
+                   help="the model zoo instead (bench/zoo.py): Hugging Face models from their "
+                   "configs, a CNN, an embedding classifier through torch.compile(backend="
+                   "'opfuse') beside eager and Inductor; optionally comma-separated names; "
+                   "writes zoo.json and zoo.md (--budget: seconds of timing per model, "
+                   "default 2)")
     p.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "auto"),
                    help="opfuse backend (default cpu)")
     return p.parse_args(argv)
@@ -57,6 +63,11 @@ def limit_threads(threads: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     limit_threads(args.threads)
+    if args.zoo:
+        from . import zoo
+
+        names = None if args.zoo == "all" else args.zoo.split(",")
+        return zoo.main(names, args.out, 2.0 if args.budget is None else args.budget)
     # imported only now: numpy (via opfuse), torch and jax must see the thread limits
     from opfuse.errors import OpfuseError
 

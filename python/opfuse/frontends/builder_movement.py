@@ -33,6 +33,22 @@ class DataMovementOps(ElementwiseGenerics):
         node = self._node("broadcast", name, shape, x.dtype, (x,), dims=list(range(lead)))
         return Tensor(self, node, shape)
 
+    def expand_dims(self, x: Tensor, axes: Sequence[int], *, name: str | None = None) -> Tensor:
+        """``x`` with size-1 axes inserted at ``axes`` (positions in the result), pending
+        like a ``keepdims=True`` result: an elementwise consumer broadcasts along them by
+        its input map (a per-channel vector ``(C,)`` as ``(C, 1, 1)`` is read as ``(d1)``
+        by an NCHW op, no reshape kernel); any other consumer materializes them."""
+        x = self._materialize(self._own(x))
+        rank = x.ndim + len(axes)
+        at = sorted({int(a) % rank for a in axes})
+        if len(at) != len(axes):
+            raise OpfuseError(f"expand_dims: repeated axes {list(axes)}")
+        shape = list(x.shape)
+        for a in at:
+            shape.insert(a, 1)
+        del name  # nothing is built until a consumer materializes it
+        return Tensor(self, x.node, tuple(shape), tuple(at))
+
     # ----------------------------------------------------------------- data movement
 
     def transpose(self, x: Tensor, perm: Sequence[int], *, name: str | None = None) -> Tensor:

@@ -3,7 +3,7 @@ bookkeeping ops are skipped (``IGNORED``).
 
 The rules live in families, one module each: ``torch_aten_pointwise``,
 ``torch_aten_reductions``, ``torch_aten_matmul``, ``torch_aten_views``,
-``torch_aten_factories`` and ``torch_aten_gather`` (how a rule is written: ``torch_aten_rule``). To support an op, add its rule to the family it belongs to;
+``torch_aten_factories``, ``torch_aten_gather`` and ``torch_aten_conv`` (how a rule is written: ``torch_aten_rule``). To support an op, add its rule to the family it belongs to;
 an op in neither table stops the import with ``UnsupportedOpError``
 (``opfuse.frontends.torch``).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from . import (
+    torch_aten_conv,
     torch_aten_factories,
     torch_aten_gather,
     torch_aten_matmul,
@@ -48,4 +49,5 @@ RULES = _merged(
     torch_aten_views,
     torch_aten_factories,
     torch_aten_gather,
+    torch_aten_conv,
 )
