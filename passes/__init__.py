@@ -13,7 +13,7 @@ from types import ModuleType
 
 # Order here is only the registry's; the default pipeline's order lives in opfuse.pipeline.
 _MODULES = (
-    "fuse_elementwise", "fuse_producer_consumer", "fuse_reduction", "fuse_epilogue", "outline",
+    "fold_unit_dims", "fuse_elementwise", "fuse_producer_consumer", "fuse_reduction", "fuse_epilogue", "outline",
 )
 
 

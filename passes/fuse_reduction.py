@@ -81,20 +81,41 @@ def _rows(g: Group) -> str:
 
 
 def _glue_chain(planner: Planner, p: Group, c: Group) -> list[Group]:
-    """``c`` and the loop groups it feeds, through any number of glue groups over the
-    reduced domain (round to f16, scale by 1/n, add eps, rsqrt), up to the first groups
-    over the row domain, in block order."""
+    """``c`` and the groups it feeds, through any number of glue groups over the reduced
+    domain (round to f16, scale by 1/n, add eps, rsqrt), up to the first groups over the
+    row domain, in block order. Those are loop groups, or a row kernel over the same rows
+    that the glue's value joins (torch-mlir's LayerNorm computes the mean twice: the second
+    one's ``x - mean`` is already in the variance's row kernel)."""
     chain, seen, frontier = [c], {c.gid}, [c]
     while frontier:
         g = frontier.pop()
         for d in planner.consumer_groups(g):
-            if d.gid in seen or not d.is_loop or d.domain not in (p.domain, p.row_domain):
+            same_rows = _has_reduction(d) and (d.domain, d.row_domain) == (p.domain, p.row_domain)
+            if d.gid in seen or not (d.is_loop or same_rows):
+                continue
+            if d.domain not in (p.domain, p.row_domain):
                 continue
             seen.add(d.gid)
             chain.append(d)
             if d.domain == p.row_domain:
                 frontier.append(d)
-    return sorted(chain, key=lambda g: g.first)
+    return _topological(planner, chain)
+
+
+def _topological(planner: Planner, groups: list[Group]) -> list[Group]:
+    """``groups`` producers first (block order among independent ones): a merge chain must
+    meet each group after every group of the chain it reads from. Block order alone is not
+    enough: a row kernel that ``x - mean`` joined starts before that mean is computed."""
+    ids = {g.gid for g in groups}
+    preds = {g.gid: {p.gid for p in planner.producer_groups(g) if p.gid in ids} for g in groups}
+    out: list[Group] = []
+    done: set[int] = set()
+    while len(out) < len(groups):
+        ready = [g for g in groups if g.gid not in done and preds[g.gid] <= done]
+        nxt = min(ready, key=lambda g: g.first)
+        out.append(nxt)
+        done.add(nxt.gid)
+    return out
 
 
 def _plan(planner: Planner, options: Options) -> None:

@@ -45,6 +45,12 @@ from .report import ledger as ledger_mod
 # The default fusion pipeline, written once. Each pass only sees the groups the earlier
 # ones formed (groups live in the IR as attributes), so the order is a design decision:
 DEFAULT_PIPELINE: tuple[str, ...] = (
+    # Size-1 dims folded away before any pass compares iteration spaces: other producers
+    # (torch-mlir, IREE) keep reduced dims as size 1 ((d0, d1) -> (d0, 0), or a reduction
+    # expanded to 32x1 and read at (d0, 0)), and 32x1 glue next to a reduction over 32 rows
+    # would look like another domain. First, because it rewrites ops (and would drop
+    # the groups later passes record); it leaves functions without unit dims untouched.
+    "opfuse-fold-unit-dims",
     # Elementwise/broadcast chains first, so every later pass reasons about whole loop
     # groups rather than single ops (one candidate per chain, not one per op pair).
     "opfuse-fuse-elementwise",

@@ -32,4 +32,4 @@
 // HELP-NEXT: delta=0.1 (float)
 // HELP: opfuse-outline
 // HELP: default pipeline:
-// HELP-NEXT: builtin.module(opfuse-fuse-elementwise,
+// HELP-NEXT: builtin.module(opfuse-fold-unit-dims,opfuse-fuse-elementwise,

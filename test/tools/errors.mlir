@@ -33,7 +33,7 @@ func.func @bad(%x: f32) -> f32 {
 // FLAG: error: unrecognized arguments: --no-such-flag
 
 // RUN: not fuse-opt %S/Inputs/add.mlir --disable-pass=opfuse-nope 2>&1 | filecheck %s --check-prefix=DISABLE
-// DISABLE: error: cannot disable opfuse-nope: not in the default pipeline (opfuse-fuse-elementwise{{.*}})
+// DISABLE: error: cannot disable opfuse-nope: not in the default pipeline (opfuse-fold-unit-dims, opfuse-fuse-elementwise{{.*}})
 
 // RUN: not fuse-opt %S/Inputs/add.mlir --opfuse-report=xml 2>&1 | filecheck %s --check-prefix=REPORT
 // REPORT: error: {{.*}}invalid choice: 'xml'

@@ -18,7 +18,7 @@
 // Unknown upstream pass: MLIR's message, and the opfuse pass names.
 // RUN: not fuse-opt %s --pass-pipeline='builtin.module(no-such-pass)' 2>&1 | filecheck %s --check-prefix=UNKNOWN
 // RUN: %expect-exit 1 fuse-opt %s --pass-pipeline='builtin.module(no-such-pass)' 2>/dev/null
-// UNKNOWN: error: invalid pass 'no-such-pass' in pipeline: 'no-such-pass' does not refer to a registered pass or pass pipeline (opfuse passes: opfuse-fuse-elementwise
+// UNKNOWN: error: invalid pass 'no-such-pass' in pipeline: 'no-such-pass' does not refer to a registered pass or pass pipeline (opfuse passes: opfuse-fold-unit-dims, opfuse-fuse-elementwise
 // UNKNOWN-NOT: Traceback
 
 // Bad upstream option: LLVM's option parser message is kept.

@@ -9,9 +9,6 @@ llc instead of JIT: the results are expected bit for bit; the check allows 1e-6 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 import zipfile
 
 import numpy as np
@@ -26,25 +23,9 @@ from opfuse.runtime import bundle as rb
 from opfuse.runtime.cache import KernelCache, make_key
 from opfuse.runtime.schedule import Buffer, Call, HostSchedule, View, plan_buffers
 
-from test_codegen_common import as_tuple, compile_cpu, inputs_of
+from test_codegen_common import as_tuple, compile_cpu, inputs_of, run_bundle_without_mlir
 
 G_NAMES = list(graphs(small=True))
-
-CHILD = textwrap.dedent("""
-    import sys
-    import numpy as np
-    from opfuse.runtime import bundle
-    b = bundle.load(sys.argv[1])
-    data = np.load(sys.argv[2])
-    args = [data[f"a{i}"] for i in range(len(data.files))]
-    out = b.program("cpu")(*args)
-    out = out if isinstance(out, tuple) else (out,)
-    np.savez(sys.argv[3], *out)
-    leaked = sorted(m for m in sys.modules if m == "mlir" or m.startswith("mlir."))
-    assert not leaked, leaked
-    print("no mlir")
-""")
-
 
 @pytest.mark.parametrize("name", G_NAMES)
 def test_bundle_runs_on_cpu_without_mlir_and_matches_direct_run(name, tmp_path):
@@ -53,23 +34,7 @@ def test_bundle_runs_on_cpu_without_mlir_and_matches_direct_run(name, tmp_path):
     args = inputs_of(graph)
     want = as_tuple(exe(*args))
     path = exe.save_bundle(tmp_path / f"{name}.opfuse")
-    np.savez(tmp_path / "in.npz", **{f"a{i}": a for i, a in enumerate(args)})
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            CHILD,
-            str(path),
-            str(tmp_path / "in.npz"),
-            str(tmp_path / "out.npz"),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "no mlir" in proc.stdout
-    got = np.load(tmp_path / "out.npz")
-    got = [got[f"arr_{i}"] for i in range(len(got.files))]
+    got = run_bundle_without_mlir(path, args, tmp_path)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape

@@ -7,6 +7,11 @@ The kernel cache of these tests lives in a temporary folder per session (conftes
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 
 import opfuse
@@ -80,3 +85,34 @@ def assert_everywhere(graph, args: list, want: list, *, kernels: int | None = No
     if kernels is not None:
         assert fused.report["totals"]["after"]["kernels"] == kernels
     return fused
+
+
+_CHILD = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from opfuse.runtime import bundle
+    b = bundle.load(sys.argv[1])
+    data = np.load(sys.argv[2])
+    args = [data[f"a{i}"] for i in range(len(data.files))]
+    out = b.program("cpu")(*args)
+    out = out if isinstance(out, tuple) else (out,)
+    np.savez(sys.argv[3], *out)
+    leaked = sorted(m for m in sys.modules if m == "mlir" or m.startswith("mlir."))
+    assert not leaked, leaked
+    print("no mlir")
+""")
+
+
+def run_bundle_without_mlir(path, args, tmp_path: Path) -> list[np.ndarray]:
+    """Run bundle ``path`` on its CPU library in a fresh Python process that never imports
+    ``mlir`` (it asserts so); returns its outputs."""
+    np.savez(tmp_path / "in.npz", **{f"a{i}": a for i, a in enumerate(args)})
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "no mlir" in proc.stdout
+    got = np.load(tmp_path / "out.npz")
+    return [got[f"arr_{i}"] for i in range(len(got.files))]

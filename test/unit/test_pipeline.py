@@ -42,6 +42,11 @@ class GuardOpts:
 
 
 @dataclass(frozen=True)
+class NoOpts:
+    pass
+
+
+@dataclass(frozen=True)
 class OutlineOpts:
     prefix: str = "fusion"
     max_duplicates: int = 8
@@ -87,6 +92,7 @@ def _module(name: str, opts: type, run) -> types.ModuleType:
 def fake_registry(monkeypatch):
     RAN.clear()
     reg = {
+        "opfuse-fold-unit-dims": _module("opfuse-fold-unit-dims", NoOpts, _tagger("opfuse-fold-unit-dims")),
         "opfuse-fuse-elementwise": _module("opfuse-fuse-elementwise", GuardOpts, _tagger("opfuse-fuse-elementwise")),
         "opfuse-fuse-producer-consumer": _module("opfuse-fuse-producer-consumer", GuardOpts, _tagger("opfuse-fuse-producer-consumer")),
         "opfuse-fuse-reduction": _module("opfuse-fuse-reduction", GuardOpts, _tagger("opfuse-fuse-reduction")),
@@ -178,7 +184,7 @@ def test_parse_errors(text, message):
 
 
 def test_unknown_upstream_pass_lists_opfuse_passes():
-    with pytest.raises(OpfuseError, match="opfuse passes: opfuse-fuse-elementwise"):
+    with pytest.raises(OpfuseError, match="opfuse passes: opfuse-fold-unit-dims, opfuse-fuse-elementwise"):
         Pipeline.parse("builtin.module(opfuse-fuse-elmentwise)")
 
 
@@ -193,13 +199,13 @@ def test_default_is_the_declared_order():
 def test_default_disable_and_shared_options():
     p = Pipeline.default(disable=["opfuse-fuse-reduction"], delta=0.25, r_limit="64", target="sm_80")
     assert "opfuse-fuse-reduction" not in p.names
-    guards = [s.options for s in p.steps if s.name != "opfuse-outline"]
+    guards = [s.options for s in p.steps if s.name not in ("opfuse-fold-unit-dims", "opfuse-outline")]
     assert all(o == GuardOpts(delta=0.25, r_limit=64, target="sm_80") for o in guards)
     # an option applies only where the pass has it
     assert p.steps[-1].options == OutlineOpts()
     assert Pipeline.default(max_duplicates=2).steps[-1].options.max_duplicates == 2
     # kebab-case keys work too
-    assert Pipeline.default(**{"r-limit": 7}).steps[0].options.r_limit == 7
+    assert Pipeline.default(**{"r-limit": 7}).steps[1].options.r_limit == 7
 
 
 def test_default_errors():
@@ -438,7 +444,8 @@ def test_fuse_opt_pass_flags_in_command_line_order(tmp_path, capsys):
 
 def test_fuse_opt_default_pipeline_with_disable(tmp_path, capsys):
     assert _fuse_opt(tmp_path, "--disable-pass=opfuse-fuse-reduction", "--disable-pass", "opfuse-outline") == 0
-    assert [name for name, _ in RAN] == ["opfuse-fuse-elementwise", "opfuse-fuse-producer-consumer",
+    assert [name for name, _ in RAN] == ["opfuse-fold-unit-dims", "opfuse-fuse-elementwise",
+                                         "opfuse-fuse-producer-consumer",
                                          "opfuse-fuse-epilogue"]
     assert _fuse_opt(tmp_path, "--disable-pass=opfuse-outline", "--opfuse-outline") == 1
     assert "--disable-pass applies to the default pipeline only" in capsys.readouterr().err

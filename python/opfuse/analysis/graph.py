@@ -13,7 +13,7 @@ from mlir import ir
 
 from ..errors import OpfuseError
 from ..ir import format_location, walk_nested
-from .opinfo import OpInfo, OpKind, describe_all, is_free_op, tensor_bytes
+from .opinfo import OpInfo, OpKind, describe_all, holds_data, is_free_op, tensor_bytes
 
 GROUP_ATTR = "opfuse.group"
 KIND_ATTR = "opfuse.kind"
@@ -107,11 +107,10 @@ def _check_static(func_op: ir.Operation) -> None:
 
 
 def _holds_data(op: ir.Operation) -> bool:
-    """A tensor constant that is not a splat lives in memory and is read like an input."""
+    """A tensor constant with data (not a splat) lives in memory and is read like an input."""
     if op.name != "arith.constant" or not isinstance(op.results[0].type, ir.ShapedType):
         return False
-    attr = op.attributes["value"]
-    return isinstance(attr, ir.DenseElementsAttr) and not attr.is_splat
+    return holds_data(op.attributes["value"])
 
 
 def _memory_reads(op: ir.Operation, info: OpInfo, free_values: set[ir.Value]) -> list[ir.Value]:

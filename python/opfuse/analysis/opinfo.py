@@ -46,11 +46,24 @@ _FREE_OPS = {"arith.constant", "tensor.empty", "linalg.fill", "ub.poison"}
 
 def is_free_op(op: ir.Operation) -> bool:
     """An op every kernel that uses it gets a copy of: an empty tensor, a fill, a scalar or
-    splat constant (a dense tensor constant holds data: it is passed, not copied)."""
+    splat constant (a tensor constant that holds data is passed, not copied)."""
     if op.name == "arith.constant":
-        attr = op.attributes["value"]
-        return not isinstance(attr, ir.DenseElementsAttr) or attr.is_splat
+        return not holds_data(op.attributes["value"])
     return op.name in _FREE_OPS
+
+
+def holds_data(attr: ir.Attribute) -> bool:
+    """A constant's value that lives in memory: a non-splat ``dense<...>`` or any
+    ``dense_resource<...>`` (torch-mlir's weights: a blob, never a splat)."""
+    if isinstance(attr, ir.DenseElementsAttr):
+        return not attr.is_splat
+    if type(attr) is not ir.Attribute:  # a scalar, a splat: downcast by the bindings
+        return False
+    try:
+        ir.DenseResourceElementsAttr(attr)
+    except ValueError:
+        return False
+    return True
 _RESHAPE_OPS = {"tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape",
                 "tensor.extract_slice", "tensor.insert_slice", "tensor.pad", "tensor.concat"}
 # payload ops that are free in registers and flops

@@ -137,7 +137,7 @@ class Evaluator:
     # ----- public ------------------------------------------------------------------------
     def value(self, v: ir.Value, idx: Sequence[ir.AffineExpr]) -> Val:
         """The value of tensor ``v`` at ``idx`` (one affine expression per dim of ``v``)."""
-        idx = tuple(idx)
+        idx = self.canonical(v, idx)
         key = ("v", v, idx)
         hit = self.kb.memo_get(key)
         if hit is not None:
@@ -154,11 +154,21 @@ class Evaluator:
         self, v: ir.Value, idx: Sequence[ir.AffineExpr], val: Val, *, outer: bool = False
     ) -> None:
         """Declare the value of ``v`` at ``idx`` (a reduction the emitter computed)."""
-        key = ("v", v, tuple(idx))
+        key = ("v", v, self.canonical(v, idx))
         if outer:
             self.kb.memo_set_outer(key, val)
         else:
             self.kb.memo_set(key, val)
+
+    def canonical(self, v: ir.Value, idx: Sequence[ir.AffineExpr]) -> Index:
+        """``idx`` with ``0`` at every size-1 dim of ``v`` (its only valid index), so that
+        a value reached through reshapes that add or drop unit dims (``tensor<8x16xf32>``
+        collapsed from ``1x8x16``) has one memo key however its index was written."""
+        shape = shape_of(v.type) if isinstance(v.type, ir.ShapedType) else ()
+        if 1 not in shape:
+            return tuple(idx)
+        zero = ir.AffineConstantExpr.get(0, self.ctx)
+        return tuple(zero if d == 1 else e for e, d in zip(idx, shape))
 
     def addresses(self, v: ir.Value, idx: Sequence[ir.AffineExpr], n_dims: int) -> list | None:
         """The flat element offsets (affine expressions over ``n_dims`` dims) of every
@@ -372,6 +382,8 @@ class Evaluator:
 
     def _collapse_source(self, op: ir.Operation, idx: Index) -> Index:
         src_shape = shape_of(op.operands[0].type)
+        if not idx:  # to a 0-d tensor: every source dim has size 1
+            return tuple(ir.AffineConstantExpr.get(0, self.ctx) for _ in src_shape)
         out = []
         for t, group in enumerate(_reassociation(op)):
             out.extend(delinearize(idx[t], [src_shape[i] for i in group]))
@@ -476,7 +488,7 @@ class Evaluator:
             for k, res in enumerate(op.results):
                 if k != r:
                     kidx = compose(maps[n_in + k], point, len(self.kb.dims), self.ctx)
-                    self.kb.memo_set(("v", res, kidx), vals[k])
+                    self.kb.memo_set(("v", res, self.canonical(res, kidx)), vals[k])
             return vals[r]
         if not self.sequential:
             raise Unsupported("a reduction this kernel does not compute")
@@ -685,7 +697,7 @@ class Evaluator:
 
         results = nest(0, init_ssa)
         for k, res in enumerate(op.results):
-            self.kb.memo_set(("v", res, out_idx[k]), Val(results[k], uniform))
+            self.kb.memo_set(("v", res, self.canonical(res, out_idx[k])), Val(results[k], uniform))
         return Val(results[r], uniform)
 
 

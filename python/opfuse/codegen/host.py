@@ -10,6 +10,8 @@ is a fresh array.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from mlir import ir
 
@@ -109,6 +111,8 @@ def _constant_data(op: ir.Operation, t: ir.Type) -> np.ndarray:
     attr = op.attributes["value"]
     dtype = dtype_of(element_type_text(t))
     shape = shape_of(t)
+    if not isinstance(attr, ir.DenseElementsAttr):  # dense_resource: a blob (holds_data)
+        return resource_data(op, dtype, shape)
     dense = ir.DenseElementsAttr(attr)
     if dense.is_splat:
         value = dense.get_splat_value()
@@ -119,6 +123,35 @@ def _constant_data(op: ir.Operation, t: ir.Type) -> np.ndarray:
     except Exception as e:  # pragma: no cover - exotic element types
         raise OpfuseError(f"cannot read a dense constant of type {t}: {e}") from None
     return arr.reshape(shape).astype(dtype, copy=False)
+
+
+_BLOB = re.compile(r'^\s*"?([^":\s]+)"?\s*:\s*"0x([0-9A-Fa-f]*)"', re.M)
+
+
+def resource_data(op: ir.Operation, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """The data of a ``dense_resource<...>`` constant (torch-mlir's weights).
+
+    The bindings give no access to a resource's blob, but the printer writes it: printing a
+    scratch module that holds only a clone of ``op`` prints just the blob ``op`` uses, as
+    hex (a 4-byte alignment header, then the elements' bytes in the element type's layout).
+    """
+    with op.context, ir.Location.unknown(op.context):
+        scratch = ir.Module.create()
+        op.clone(ip=ir.InsertionPoint(scratch.body))
+    found = _BLOB.search(scratch.operation.get_asm())
+    if found is None:
+        raise OpfuseError(
+            f"{format_location(op.location)}: the dense_resource constant has no data "
+            "(its blob is missing from the module)"
+        )
+    raw = bytes.fromhex(found.group(2))[4:]
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(raw) != count * dtype.itemsize:
+        raise OpfuseError(
+            f"{format_location(op.location)}: the dense_resource blob has {len(raw)} bytes, "
+            f"its type {count} x {dtype.itemsize}"
+        )
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
 
 def _view_sources(op: ir.Operation, args: tuple[int, ...]) -> list[int]:

@@ -342,16 +342,22 @@ def vector_width(elem: ir.Type, inner: int) -> int:
 
 
 def delinearize(flat: ir.AffineExpr, shape: Sequence[int]) -> list[ir.AffineExpr]:
-    """Row-major indices of the flat position ``flat`` in ``shape`` (affine floordiv/mod)."""
+    """Row-major indices of the flat position ``flat`` in ``shape`` (affine floordiv/mod).
+
+    ``flat`` is in ``[0, numel(shape))``, so a dim needs no ``mod`` when every dim before it
+    has size 1 (``[1, 8]`` gives ``(0, flat)``), and a size-1 dim's index is 0.
+    """
     exprs = []
     stride = numel(shape)
-    for i, d in enumerate(shape):
+    leading = 1  # elements of the dims before this one
+    for d in shape:
         stride //= d
         e = flat if stride == 1 else ir.AffineExpr.get_floor_div(flat, stride)
-        if i > 0 and d != 1:
-            e = ir.AffineExpr.get_mod(e, d)
-        elif d == 1:
+        if d == 1:
             e = ir.AffineConstantExpr.get(0, flat.context)
+        elif leading > 1:
+            e = ir.AffineExpr.get_mod(e, d)
+        leading *= d
         exprs.append(e)
     return exprs
 

@@ -62,14 +62,23 @@ class Reduction:
     x_operand: int  # which operand of ``combine`` is the element (the other is the acc)
     kind: str
     identity: float | int
+    result: int = 0  # the result computed (the others have no uses)
+
+    @property
+    def value(self) -> ir.Value:
+        return self.op.results[self.result]
 
 
 def _reduction(op: ir.Operation, n_rows: int) -> Reduction:
-    require(len(op.results) == 1, "a reduction with several results")
+    # torch-mlir's max (softmax, amax) also tracks the argmax in a second result that
+    # nothing reads: only the used result is computed
+    used = [k for k, res in enumerate(op.results) if list(res.uses)]
+    require(len(used) <= 1, "a reduction with several used results")
+    r = used[0] if used else 0
     block = op.regions[0].blocks[0]
-    out_arg = block.arguments[n_inputs(op)]
+    out_arg = block.arguments[n_inputs(op) + r]
     ops = [o.operation for o in block.operations]
-    yielded = ops[-1].operands[0]
+    yielded = ops[-1].operands[r]
     comb = yielded.owner
     comb = comb.operation if hasattr(comb, "operation") else comb
     require(
@@ -82,23 +91,36 @@ def _reduction(op: ir.Operation, n_rows: int) -> Reduction:
     )
     x = 1 - operands.index(out_arg)
     require(operands[x] != out_arg, "a combiner of the accumulator with itself")
-    require(not _uses(block, out_arg, comb), "a payload that reads the accumulator elsewhere")
-    out_map = maps_of(op)[n_inputs(op)]
-    dims = [r.maybe_downcast() for r in out_map.results]
+    accumulators = set(list(block.arguments)[n_inputs(op):])
+    require(
+        not _reads_any(block, operands[x], accumulators),
+        "a payload that reads the accumulator elsewhere",
+    )
+    out_map = maps_of(op)[n_inputs(op) + r]
+    dims = [e.maybe_downcast() for e in out_map.results]
     require(
         all(isinstance(d, ir.AffineDimExpr) and d.position == i for i, d in enumerate(dims))
         and len(dims) == n_rows,
         "a reduction output that is not the row index",
     )
     kind, identity = _COMBINERS[comb.name]
-    return Reduction(op, comb, x, kind, identity)
+    return Reduction(op, comb, x, kind, identity, r)
 
 
-def _uses(block: ir.Block, v: ir.Value, except_op: ir.Operation) -> bool:
-    for o in block.operations:
-        o = o.operation
-        if o != except_op and o.name != "linalg.yield" and v in list(o.operands):
+def _reads_any(block: ir.Block, v: ir.Value, values: set) -> bool:
+    """Whether payload value ``v`` is computed from any of ``values`` (block arguments)."""
+    stack, seen = [v], set()
+    while stack:
+        x = stack.pop()
+        if x in values:
             return True
+        owner = x.owner
+        if isinstance(owner, ir.Block) or x in seen:
+            continue
+        seen.add(x)
+        o = owner.operation if hasattr(owner, "operation") else owner
+        if o.parent is not None and o.parent.operation == block.owner.operation:
+            stack.extend(o.operands)
     return False
 
 
@@ -175,9 +197,9 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
 
     for k, red in enumerate(reds):
         total = _reduce(kb, ev, red, row_idx, row_chunks, team, k)
-        init = ev.value(red.op.operands[n_inputs(red.op)], row_idx)
+        init = ev.value(red.op.operands[n_inputs(red.op) + red.result], row_idx)
         final = _combine_scalar(kb, red, init.ssa, total)
-        ev.preset(red.op.results[0], row_idx, Val(final, True))
+        ev.preset(red.value, row_idx, Val(final, True))
 
     is_first = None
     for o in group.outputs:
@@ -249,7 +271,7 @@ class _Chunks:
 
 
 def _shuffle_type_text(red: Reduction) -> str:
-    t = red.op.results[0].type
+    t = red.value.type
     et = ir.ShapedType(t).element_type
     return str(_shuffle_type(et))
 
@@ -285,7 +307,8 @@ def _reduce(
 ) -> ir.Value:
     """The row's reduction, combined across the team; every thread gets it."""
     op = red.op
-    dummy = [Val(op.regions[0].blocks[0].arguments[n_inputs(op)], True)]
+    # the accumulators are not read before the combiner (checked by _reduction)
+    dummy = [Val(a, True) for a in list(op.regions[0].blocks[0].arguments)[n_inputs(op):]]
 
     def step(idx, ok, accs):
         operands = ev.payload(op, row_idx + idx, dummy, upto=red.combine)
@@ -297,7 +320,7 @@ def _reduce(
         return [xv if accs[0] is None else _comb(kb, red, accs[0], xv)]
 
     if chunks.stream:
-        et0 = ir.ShapedType(op.results[0].type).element_type
+        et0 = ir.ShapedType(red.value.type).element_type
         loc = ir.Location.unknown(kb.ctx)
         t = ir.VectorType.get([chunks.lanes], et0, loc=loc) if chunks.lanes > 1 else et0
         (acc,) = chunks.fold([_identity(kb, red, t)], step)

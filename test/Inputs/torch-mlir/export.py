@@ -1,0 +1,51 @@
+"""Regenerates the torch-mlir outputs next to this file (not run by the tests).
+
+They are real torch-mlir text, checked in as inputs nobody on the project wrote: the
+torch_mlir wheel 20261001 from PyPI (LLVM-24-era linalg), installed into a scratch venv
+with ``pip install --no-deps torch-mlir`` next to torch==2.13.0 (torch-mlir is not an opfuse
+dependency). Each module is ``torch_mlir.fx.export_and_import(model.eval(), *args,
+output_type="linalg-on-tensors", func_name="main")`` printed as is, with a header comment.
+The MLIR 22.1.8 bindings opfuse uses parse every file unchanged (no hand fixes).
+
+    python test/Inputs/torch-mlir/export.py test/Inputs/torch-mlir
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+from torch_mlir import fx
+
+
+class Softmax(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def layernorm():
+    m = torch.nn.LayerNorm(64)
+    with torch.no_grad():
+        m.weight.uniform_(0.5, 1.5)
+        m.bias.uniform_(-0.5, 0.5)
+    return m
+
+
+MODELS = {
+    "softmax": (Softmax, (32, 64), "torch.softmax(x, dim=-1), x: 32x64"),
+    "layernorm": (layernorm, (32, 64), "torch.nn.LayerNorm(64) with random weight and bias, x: 32x64"),
+}
+
+
+def main(folder: str) -> None:
+    for name, (make, shape, what) in MODELS.items():
+        torch.manual_seed(0)
+        model = make().eval()
+        module = fx.export_and_import(model, torch.randn(*shape), output_type="linalg-on-tensors",
+                                      func_name="main")
+        header = (f"// torch-mlir output of {what} (see export.py in this folder: the wheel, the\n"
+                  "// call; printed as is, parsed unchanged by the MLIR 22.1.8 bindings).\n")
+        Path(folder, f"{name}.mlir").write_text(header + str(module))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).parent))
