@@ -35,6 +35,10 @@ class Options:
     """No options: the upstream pass runs with its defaults (reshapes, not slices)."""
 
 
+_MARK = "opfuse.before_fold"
+_RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
+
+
 def run(module: ir.Module, options: Options = Options()) -> None:
     pm = None
     for func_op in functions(module):
@@ -42,7 +46,24 @@ def run(module: ir.Module, options: Options = Options()) -> None:
             continue
         if pm is None:
             pm = PassManager.parse(_UPSTREAM, module.context)
+        block = func_op.regions[0].blocks[0]
+        for op in block.operations:
+            op.operation.attributes[_MARK] = ir.UnitAttr.get(module.context)
         pm.run(func_op)
+        _name_new_reshapes(block)
+
+
+def _name_new_reshapes(block: ir.Block) -> None:
+    """The pass gives the reshapes it adds the location of the op it rewrote; where that is
+    a name (``loc("neg")``, the builder's), the reshape is called ``neg.collapse_shape``, so
+    that ledger entries between the two do not read ``neg -> neg``."""
+    for op in block.operations:
+        op = op.operation
+        if _MARK in op.attributes:
+            del op.attributes[_MARK]
+        elif op.name in _RESHAPES and op.location.is_a_name():
+            name = f"{op.location.name_str}.{op.name.split('.')[1]}"
+            op.location = ir.Location.name(name, childLoc=op.location.child_loc, context=op.context)
 
 
 def has_unit_dims(func_op: ir.Operation) -> bool:

@@ -200,14 +200,29 @@ def _merge_into_injective_readers(planner: Planner) -> None:
             continue  # a result of p's size next to c's: not one loop kernel
         points = math.prod(c.domain)
         readers = {r for v in p.outputs for r in graph.readers(v)}
-        if all(_reads_once(graph.nodes[r], points) for r in readers):
+        if all(_reads_once(graph, graph.nodes[r], points) for r in readers):
             planner.try_merge(p, c, why="merge into injective reader")
 
 
-def _reads_once(node: Node, points: int) -> bool:
+_UNIT_RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
+
+
+def _reads_once(graph: FuncGraph, node: Node, points: int) -> bool:
     """An injective op whose result has one element per point of its kernel: it reads each
-    element of its input at most once per kernel."""
+    element of its input at most once per kernel. A reshape moves no element, so it reads
+    once when all its readers do (a width-1 part of a concat reaches it through the
+    expand_shape that opfuse-fold-unit-dims left)."""
     if node.kind != OpKind.INJECTIVE or len(node.results) != 1:
         return False
     t = node.results[0].type
-    return isinstance(t, ir.ShapedType) and t.has_static_shape and math.prod(t.shape) == points
+    if not (isinstance(t, ir.ShapedType) and t.has_static_shape):
+        return False
+    if math.prod(t.shape) == points:
+        return True
+    readers = graph.readers(node.results[0])
+    return (
+        node.op.name in _UNIT_RESHAPES
+        and bool(readers)
+        and node.results[0] not in graph.returned
+        and all(_reads_once(graph, graph.nodes[r], points) for r in readers)
+    )

@@ -65,3 +65,26 @@ func.func @no_unit_dims(%x: tensor<32x64xf32>) -> tensor<32x64xf32> {
   } -> tensor<32x64xf32>
   return %y : tensor<32x64xf32>
 }
+
+// -----
+
+// The reshapes the pass adds are named after the op they were made for (a ledger entry
+// between them then reads "neg.collapse_shape -> neg", not "neg -> neg").
+// RUN: fuse-opt %s --split-input-file --opfuse-fold-unit-dims --mlir-print-debuginfo | filecheck %s --check-prefix=LOC
+// LOC-LABEL: func.func @named
+// LOC: tensor.collapse_shape {{.*}} loc(#[[C:loc[0-9]*]])
+// LOC: } -> tensor<6xf32> loc(#[[N:loc[0-9]*]])
+// LOC: tensor.expand_shape {{.*}} loc(#[[E:loc[0-9]*]])
+// LOC-DAG: #[[C]] = loc("neg.collapse_shape")
+// LOC-DAG: #[[N]] = loc("neg")
+// LOC-DAG: #[[E]] = loc("neg.expand_shape")
+func.func @named(%x: tensor<6x1xf32>) -> tensor<6x1xf32> {
+  %e = tensor.empty() : tensor<6x1xf32>
+  %y = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<6x1xf32>) outs(%e : tensor<6x1xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %n = arith.negf %a : f32
+    linalg.yield %n : f32
+  } -> tensor<6x1xf32> loc("neg")
+  return %y : tensor<6x1xf32>
+}
