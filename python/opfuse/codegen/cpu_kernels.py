@@ -18,6 +18,7 @@ from mlir import ir
 from mlir.dialects import func as func_d
 from mlir.dialects import linalg
 
+from . import cpu_matmul
 from .cpu_pipeline import apply_transform_script, run_pipeline
 
 #: Private functions whose name starts with this are fused kernels (``opfuse-outline``).
@@ -141,13 +142,17 @@ _PIN = "__opfuse_cpu_pin"
 
 def _pin_contraction_inputs(module: ir.Module, func: ir.Operation) -> list[ir.Operation]:
     """Call a declared no-op ``_PIN<k>(v)`` on every contraction input ``v`` made inside
-    ``func``; returns the calls (and leaves the declarations) for the caller to erase."""
+    ``func``, and on every contraction result (a reshape of a matmul's result would
+    otherwise be folded into it, making it a generic the micro-kernel cannot take: G6's
+    per-head projections); returns the calls (and leaves the declarations) for the
+    caller to erase."""
     ops = [o.operation for o in func.regions[0].blocks[0].operations]
     values = []
     for op in ops:
         if op.name.startswith("linalg.") and linalg.isa_contraction_op(op):
             n_in = len(op.operands) - len(op.results)
             values += [v for v in list(op.operands)[:n_in] if not isinstance(v.owner, ir.Block)]
+            values += list(op.results)
     pins = []
     with func.context, func.location:
         for v in values:
@@ -185,7 +190,8 @@ def _mark_generalizable(func: ir.Operation) -> int:
 
 
 def interchange_matmuls(module: ir.Module) -> None:
-    """Reorder the loops of every row-major matmul / batch_matmul to (m, k, n), in place.
+    """Reorder the loops of every row-major matmul / batch_matmul the micro-kernel does not
+    take (:mod:`opfuse.codegen.cpu_matmul`: integer ones) to (m, k, n), in place.
 
     With k innermost (linalg's order) the inner loop is a strided dot product LLVM cannot
     vectorize (no reassociation); with n innermost it is ``C[i, :] += A[i, k] * B[k, :]``
@@ -198,7 +204,7 @@ def interchange_matmuls(module: ir.Module) -> None:
     def visit(op: ir.Operation) -> ir.WalkResult:
         nonlocal count
         loops = {"linalg.matmul": 3, "linalg.batch_matmul": 4}.get(op.name)
-        if loops is not None and _n_innermost(op, loops):
+        if loops is not None and not cpu_matmul.takes(op) and _n_innermost(op, loops):
             op.attributes[_INTERCHANGE_MARK] = ir.IntegerAttr.get(
                 ir.IntegerType.get_signless(64, op.context), loops
             )

@@ -13,6 +13,7 @@ bf16 arrays are ``np.uint16`` bit patterns (numpy has no bf16); f16 is ``np.floa
 from __future__ import annotations
 
 import ctypes
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
@@ -110,6 +111,7 @@ class CpuProgram:
     ):
         self.signature = signature
         self._module = llvm_module
+        self._lock = threading.Lock()
         _check_c_interface(llvm_module, signature)
         with collect_diagnostics(llvm_module.context) as diags:
             try:
@@ -161,12 +163,18 @@ class CpuProgram:
         # each value is itself a pointer to a memref descriptor.
         pointers = [ctypes.pointer(d) for d in descriptors]
         packed = (ctypes.c_void_p * len(pointers))(*[ctypes.addressof(p) for p in pointers])
-        func = self._func
-        # Everything the packed array points into must outlive it.
-        keep_alive = (inputs, descriptors, pointers)
+        func, lock = self._func, self._lock
+        # Everything the packed array points into must outlive it, and so must the JIT
+        # code: ``self`` holds the ExecutionEngine (a bound call outliving its program
+        # jumped into freed memory).
+        keep_alive = (self, inputs, descriptors, pointers)
 
         def run() -> list[np.ndarray]:
-            func(packed)
+            # The program's workspaces (codegen/cpu_buffers.py) are global to it: one
+            # call at a time. ctypes releases the GIL during the call, so without the lock
+            # two Python threads could run it at once.
+            with lock:
+                func(packed)
             _ = keep_alive
             return outputs
 

@@ -9,6 +9,7 @@ buffer plan are the same as on the GPU (:mod:`opfuse.runtime.schedule`).
 from __future__ import annotations
 
 import ctypes
+import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -66,6 +67,7 @@ class NativeProgram:
             raise OpfuseError(f"cannot load the CPU library {library}: {e}") from None
         self.schedule = schedule
         self.plan = plan_buffers(schedule)
+        self._lock = threading.Lock()
         self._funcs: dict[str, Callable] = {}
         for call in schedule.calls():
             sym = (kernels or {}).get(call.func, WRAPPER_SYMBOL.format(call.func))
@@ -80,7 +82,10 @@ class NativeProgram:
 
     def _call(self, func: str, args: list[np.ndarray], results: list[np.ndarray]) -> None:
         descs = [_Descriptor.of(a) for a in (*args, *results)]
-        self._funcs[func](*[ctypes.byref(d) for d in descs])
+        # a kernel's workspace is a global of the library (codegen/cpu_buffers.py): one
+        # call at a time (ctypes releases the GIL)
+        with self._lock:
+            self._funcs[func](*[ctypes.byref(d) for d in descs])
 
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         return run_numpy(self.schedule, self.plan, list(inputs), self._call)
