@@ -28,6 +28,8 @@ class Target:
             block_size it fixes the default R_limit (see ``default_r_limit``).
         t_launch_s: cost of one kernel launch, seconds.
         b_mem: device memory bandwidth, bytes per second.
+        f_peak: FP32 arithmetic throughput without tensor cores, flops per second (what
+            recomputed elementwise work runs at; see ``recompute_guard``).
     """
 
     name: str
@@ -37,6 +39,7 @@ class Target:
     occupancy_target: float
     t_launch_s: float
     b_mem: float
+    f_peak: float
 
     @property
     def default_r_limit(self) -> int:
@@ -49,10 +52,11 @@ class Target:
 
 # Launch overhead and bandwidth are datasheet-level figures for A100-80GB and H200; the
 # benchmark suite measures them on a real GPU. A 25% occupancy target (16 warps per SM)
-# is enough to keep HBM busy with 16-byte vector loads, and gives R_limit = 128.
+# is enough to keep HBM busy with 16-byte vector loads, and gives R_limit = 128. FP32
+# throughput (no tensor cores): 19.5 TFLOP/s on A100, 67 TFLOP/s on H100/H200 SXM.
 TARGETS: dict[str, Target] = {
-    "sm_80": Target("sm_80", 65536, 2048, 256, 0.25, 4.0e-6, 2.0e12),
-    "sm_90": Target("sm_90", 65536, 2048, 256, 0.25, 3.0e-6, 4.8e12),
+    "sm_80": Target("sm_80", 65536, 2048, 256, 0.25, 4.0e-6, 2.0e12, 19.5e12),
+    "sm_90": Target("sm_90", 65536, 2048, 256, 0.25, 3.0e-6, 4.8e12, 67.0e12),
 }
 
 
@@ -108,6 +112,56 @@ def guard(r_fused: int, q_unfused: int, q_fused: int, options: GuardOptions) -> 
         return Verdict(False, f"saving {saving:.2f} <= delta {options.delta:.2f}", numbers,
                        would_fuse_with=f"delta < {saving:.4f}" if saving > 0 else None)
     return Verdict(True, f"saving {saving:.2f} > delta {options.delta:.2f}, "
+                         f"R_fused {r_fused} < R_limit {r_limit}", numbers)
+
+
+def kernel_time_s(q: int, w: int, target: Target) -> float:
+    """Roofline time of one kernel: its launch, then its bytes or its flops, whichever
+    takes longer."""
+    return target.t_launch_s + max(q / target.b_mem, w / target.f_peak)
+
+
+def recompute_guard(r_fused: int, before: list[tuple[int, int]], after: list[tuple[int, int]],
+                    options: GuardOptions) -> Verdict:
+    """Decide recomputing a producer inside its consumers (it is read through a broadcast,
+    so each consumer computes it again at every one of its own points).
+
+    The seed's guard in time instead of bytes, because recomputation trades bytes for
+    flops: ``before`` and ``after`` are the (Q, W) of each kernel concerned without and
+    with the recomputation, each kernel takes ``kernel_time_s``, and
+
+        fuse  <=>  R_fused < R_limit  and  (T_unfused - T_fused) / T_unfused > delta
+
+    So extra flops W cost nothing while the kernel stays memory-bound, and a producer is
+    never recomputed where its work would cost more time than its round trip through
+    memory and its launch save.
+    """
+    target = get_target(options.target)
+    r_limit = options.resolved_r_limit()
+    t_unfused = sum(kernel_time_s(q, w, target) for q, w in before)
+    t_fused = sum(kernel_time_s(q, w, target) for q, w in after)
+    saving = (t_unfused - t_fused) / t_unfused if t_unfused > 0 else 0.0
+    q_saved = sum(q for q, _ in before) - sum(q for q, _ in after)
+    w_extra = sum(w for _, w in after) - sum(w for _, w in before)
+    numbers = {
+        "r_fused": r_fused,
+        "r_limit": r_limit,
+        "q_unfused": sum(q for q, _ in before),
+        "q_fused": sum(q for q, _ in after),
+        "w_extra": w_extra,
+        "t_unfused_us": round(t_unfused * 1e6, 3),
+        "t_fused_us": round(t_fused * 1e6, 3),
+        "saving": round(saving, 4),
+        "delta": options.delta,
+    }
+    if r_fused >= r_limit:
+        return Verdict(False, f"R_fused {r_fused} >= R_limit {r_limit}", numbers,
+                       would_fuse_with=f"R_limit >= {r_fused + 1}")
+    what = f"W {w_extra:+d} flops, Q {-q_saved:+d} B"
+    if saving <= options.delta:
+        return Verdict(False, f"time saving {saving:.2f} <= delta {options.delta:.2f} ({what})",
+                       numbers, would_fuse_with=f"delta < {saving:.4f}" if saving > 0 else None)
+    return Verdict(True, f"time saving {saving:.2f} > delta {options.delta:.2f} ({what}), "
                          f"R_fused {r_fused} < R_limit {r_limit}", numbers)
 
 

@@ -64,6 +64,10 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     # residual: the epilogue runs on the accumulators in registers). After the reductions,
     # so that softmax after QK^T stays one row kernel instead of becoming a matmul epilogue.
     "opfuse-fuse-epilogue",
+    # Recomputation after every other fusion, on the final groups: a small loop group read
+    # through a broadcast by a larger kernel (position ids, position embeddings, mask
+    # pieces) is computed again inside it where the time model says so.
+    "opfuse-fuse-recompute",
     # Outlining last: it turns the final groups into functions and cannot be undone.
     "opfuse-outline",
 )

@@ -7,9 +7,11 @@
 // ON: kernels: 5 -> 1
 // ON: kernels: 3 -> 1
 // ON: kernels: 3 -> 2
+// Without it, x - mean still takes in the small scale of the sum (opfuse-fuse-recompute
+// computes it again at every point it is read), but the sum stays a kernel of its own.
 // OFF: kernels: 5 -> 4
 // OFF-NOT: [fuse-reduction]
-// OFF: kernels: 3 -> 3
+// OFF: kernels: 3 -> 2
 // OFF: kernels: 3 -> 3
 
 #id = affine_map<(d0, d1) -> (d0, d1)>

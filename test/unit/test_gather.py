@@ -86,16 +86,29 @@ def test_index_select():
 
 
 def test_a_gathered_tensor_is_complete_before_the_gather():
-    """The table is computed in the graph (``w * 2``): its kernel finishes before the gather
+    """The table is computed in the graph (``w @ m``): its kernel finishes before the gather
     reads it at data-dependent rows; the ledger says why they are not one kernel."""
     g = Graph("computed_table")
+    w, m = g.input("w", (5, 4)), g.input("m", (4, 4))
+    ids = g.input("ids", (5,), "i64")
+    g.output(g.embedding(g.matmul(w, m), ids))
+    W, M = RNG.standard_normal((5, 4)).astype(np.float32), RNG.standard_normal((4, 4)).astype(np.float32)
+    I = np.array([4, 1, 1, 0, 3])
+    fused = assert_everywhere(g, [W, M, I], [(W @ M)[I]], kernels=2)
+    reasons = [d["reason"] for d in fused.report["decisions"] if not d["fused"]]
+    assert any("data-dependent positions" in r for r in reasons), reasons
+
+
+def test_an_elementwise_table_is_computed_where_it_is_gathered():
+    """A table made by one elementwise op (``w * 2``) is computed at the gathered rows
+    instead (opfuse-fuse-recompute): one kernel, which reads ``w`` itself."""
+    g = Graph("scaled_table")
     w = g.input("w", (5, 4))
     ids = g.input("ids", (5,), "i64")
     g.output(g.embedding(w * 2.0, ids))
     W, I = RNG.standard_normal((5, 4)).astype(np.float32), np.array([4, 1, 1, 0, 3])
-    fused = assert_everywhere(g, [W, I], [W[I] * 2.0], kernels=2)
-    reasons = [d["reason"] for d in fused.report["decisions"] if not d["fused"]]
-    assert any("data-dependent positions" in r for r in reasons), reasons
+    fused = assert_everywhere(g, [W, I], [W[I] * 2.0], kernels=1)
+    assert any(d["fused"] and d["action"] == "recompute" for d in fused.report["decisions"])
 
 
 def test_index_tensors_must_be_integers():

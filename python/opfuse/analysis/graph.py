@@ -13,7 +13,8 @@ from mlir import ir
 
 from ..errors import OpfuseError
 from ..ir import format_location, walk_nested
-from .opinfo import OpInfo, OpKind, describe_all, holds_data, is_free_op, tensor_bytes
+from .opinfo import (OpInfo, OpKind, describe_all, element_bytes, holds_data, is_free_op,
+                     tensor_bytes)
 
 GROUP_ATTR = "opfuse.group"
 KIND_ATTR = "opfuse.kind"
@@ -34,6 +35,13 @@ class Node:
     # from outside the op: a gather); also in ``reads``. Their producer must have finished
     # before any of the op runs, so it never joins the op's kernel (Planner.gather_via).
     gathers: list[ir.Value] = field(default_factory=list)
+    # bytes of a gathered tensor the op actually reads: one element per extract and point
+    # (an embedding reads the rows its ids select, not the whole table), at most the tensor
+    gather_bytes: dict[ir.Value, int] = field(default_factory=dict)
+
+    def read_bytes(self, v: ir.Value) -> int:
+        """Bytes of ``v`` this op reads from device memory."""
+        return self.gather_bytes.get(v, value_bytes(v))
 
     @property
     def kind(self) -> OpKind:
@@ -66,10 +74,13 @@ class FuncGraph:
             if info.kind == OpKind.FREE:  # a dense constant: memory, not a kernel
                 continue
             reads = _memory_reads(op, info, free_values)
-            gathers = _gathered(op, free_values)
+            extracts = _gathered(op, free_values)
+            gathers = list(extracts)
+            gather_bytes = {v: min(value_bytes(v), n * info.points * element_bytes(v.type))
+                            for v, n in extracts.items() if v not in reads}
             reads += [v for v in gathers if v not in reads]
             node = Node(op, len(self.nodes), info, reads, list(op.results), _group_of(op),
-                        gathers=gathers)
+                        gathers=gathers, gather_bytes=gather_bytes)
             for v in node.results:
                 self.producer[v] = node.index
             self.nodes.append(node)
@@ -127,13 +138,13 @@ def _memory_reads(op: ir.Operation, info: OpInfo, free_values: set[ir.Value]) ->
     return reads
 
 
-def _gathered(op: ir.Operation, free_values: set[ir.Value]) -> list[ir.Value]:
+def _gathered(op: ir.Operation, free_values: set[ir.Value]) -> dict[ir.Value, int]:
     """Tensors defined outside ``op`` that ops inside its regions read (``tensor.extract``
-    in a gather's body), in first-use order."""
+    in a gather's body), in first-use order, with how many ops read each per point."""
     if not op.regions or op.name != "linalg.generic":
-        return []
+        return {}
     inside: set[ir.Value] = set()
-    out: dict[ir.Value, None] = {}
+    out: dict[ir.Value, int] = {}
     for region in op.regions:
         for block in region.blocks:
             inside.update(block.arguments)
@@ -142,12 +153,12 @@ def _gathered(op: ir.Operation, free_values: set[ir.Value]) -> list[ir.Value]:
                     for v in nested.operands:
                         if v not in inside and v not in free_values and \
                                 isinstance(v.type, ir.ShapedType):
-                            out.setdefault(v)
+                            out[v] = out.get(v, 0) + 1
                     inside.update(nested.results)
                     for r in nested.regions:
                         for b in r.blocks:
                             inside.update(b.arguments)
-    return list(out)
+    return out
 
 
 def _group_of(op: ir.Operation) -> int | None:

@@ -127,7 +127,7 @@ class Planner:
                 if self._only_read_by(v, p, c):
                     saved_writes += b
         small, big = (p.reads, c.reads) if len(p.reads) <= len(c.reads) else (c.reads, p.reads)
-        dedup = sum(b for v, b in small.items() if v in big)
+        dedup = sum(min(b, big[v]) for v, b in small.items() if v in big)
         return p.q + c.q - saved_reads - saved_writes - dedup, saved_reads + saved_writes
 
     def evaluate(self, p: Group, c: Group) -> cost.Verdict:
@@ -283,7 +283,7 @@ class Planner:
 
     # ----- internals -------------------------------------------------------------------
     def _singleton(self, node: Node) -> Group:
-        reads = {v: value_bytes(v) for v in node.reads}
+        reads = {v: node.read_bytes(v) for v in node.reads}
         outputs = {v: value_bytes(v) for v in node.results if self._escapes(v, node.index)}
         info = node.info
         return Group(node.index, [node.index], reads, outputs, info.flops, _payload_peak(node),
@@ -317,7 +317,9 @@ class Planner:
         return all(self.group(r) in (p, c) for r in self.graph.readers(v))
 
     def _preview(self, p: Group, c: Group, q_fused: int) -> Group:
-        reads = {**c.reads, **{v: b for v, b in p.reads.items()}}
+        reads = dict(c.reads)
+        for v, b in p.reads.items():  # both read v: the larger part of it (a gather reads less)
+            reads[v] = max(b, reads.get(v, 0))
         for v in p.outputs:
             reads.pop(v, None)
         outputs = dict(c.outputs)
