@@ -1,10 +1,13 @@
 // RUN: fuse-opt %s --split-input-file --opfuse-fold-unit-dims | filecheck %s
 // torch-mlir's own softmax and LayerNorm (test/Inputs/torch-mlir, real output): one kernel
-// each with the default pipeline, 3 and 7 without this pass.
+// each with the default pipeline, 3 and 7 without this pass (2 and 4 when only this pass is
+// left out: opfuse-fuse-recompute computes some of the 32x1 glue again where it is read).
 // RUN: fuse-opt %S/../Inputs/torch-mlir/softmax.mlir --opfuse-report=text | filecheck %s --check-prefix=SOFTMAX
-// RUN: fuse-opt %S/../Inputs/torch-mlir/softmax.mlir --disable-pass=opfuse-fold-unit-dims --opfuse-report=text | filecheck %s --check-prefix=SOFTMAX-OFF
+// RUN: fuse-opt %S/../Inputs/torch-mlir/softmax.mlir --disable-pass=opfuse-fold-unit-dims --disable-pass=opfuse-fuse-recompute --opfuse-report=text | filecheck %s --check-prefix=SOFTMAX-OFF
+// RUN: fuse-opt %S/../Inputs/torch-mlir/softmax.mlir --disable-pass=opfuse-fold-unit-dims --opfuse-report=text | filecheck %s --check-prefix=SOFTMAX-RECOMPUTE
 // RUN: fuse-opt %S/../Inputs/torch-mlir/layernorm.mlir --opfuse-report=text | filecheck %s --check-prefix=LN
-// RUN: fuse-opt %S/../Inputs/torch-mlir/layernorm.mlir --disable-pass=opfuse-fold-unit-dims --opfuse-report=text | filecheck %s --check-prefix=LN-OFF
+// RUN: fuse-opt %S/../Inputs/torch-mlir/layernorm.mlir --disable-pass=opfuse-fold-unit-dims --disable-pass=opfuse-fuse-recompute --opfuse-report=text | filecheck %s --check-prefix=LN-OFF
+// RUN: fuse-opt %S/../Inputs/torch-mlir/layernorm.mlir --disable-pass=opfuse-fold-unit-dims --opfuse-report=text | filecheck %s --check-prefix=LN-RECOMPUTE
 // SOFTMAX: kernels: 6 -> 1
 // SOFTMAX: kernel fusion_0_input: kind=input members=5
 // The ledger still names the producer's ops where they were written.
@@ -14,6 +17,8 @@
 // LN: kernels: 16 -> 1
 // LN: kernel fusion_0_input: kind=input members=16
 // LN-OFF: kernels: 16 -> 7
+// SOFTMAX-RECOMPUTE: kernels: 6 -> 2
+// LN-RECOMPUTE: kernels: 16 -> 4
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #keep = affine_map<(d0, d1) -> (d0, 0)>
