@@ -28,10 +28,9 @@ loop group next to a larger kernel is exactly what only recomputation can fuse.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from mlir import ir
-
-from dataclasses import dataclass
 
 from opfuse import cost
 from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, FuncGraph, functions
@@ -41,7 +40,7 @@ from opfuse.ir import format_location
 from opfuse.report import ledger
 
 from .common import FusionOptions
-from .recompute_gathered import gathered_cost, gathered_producer, inline_into_gathers
+from .recompute_gathered import dim_of, gathered_cost, gathered_producer, inline_into_gathers
 
 NAME = "opfuse-fuse-recompute"
 
@@ -49,6 +48,9 @@ NAME = "opfuse-fuse-recompute"
 #: producer at every point they need it (loop kernels, and the elementwise prologue of a
 #: row reduction).
 _CONSUMER_KINDS = ("loop", "input")
+
+#: Ops that only rename ``v``'s elements: whoever reads their result reads ``v``.
+_RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape")
 
 #: Rewrites per function; each removes or duplicates one producer group. Real programs have
 #: a handful of broadcast producers (position ids, position embeddings, mask pieces).
@@ -118,15 +120,44 @@ def _next_candidate(planner: Planner, decided: set[int]
 
 def _reads_through_broadcast(planner: Planner, p: Group, c: Group) -> bool:
     """Whether ``c`` can take a copy of ``p``: a loop or reduction group over more points
-    than ``p``'s, reading ``p``'s results as operands (a gather's body reading them at
-    data-dependent positions needs them whole), and gathering nothing ``c`` computes."""
+    than ``p``'s that reads some element of ``p``'s results at several of its points
+    (``_read_repeatedly``: what only recomputation can fuse; a concat or a slice reading a
+    small part once is the other passes' and their byte guard's business), as operands (a
+    gather's body reading them at data-dependent positions needs them whole), and gathering
+    nothing ``c`` computes."""
     if c.kind not in _CONSUMER_KINDS or _points(c.domain) <= _points(p.domain):
         return False
     graph = planner.graph
     for v in p.outputs:
         if any(planner.group(r) is c and v in graph.nodes[r].gathers for r in graph.readers(v)):
             return False
-    return planner.gather_via(c, p) is None
+    return any(_read_repeatedly(planner, c, v) for v in p.outputs) and planner.gather_via(c, p) is None
+
+
+def _read_repeatedly(planner: Planner, c: Group, v: ir.Value, depth: int = 0) -> bool:
+    """Whether ops of ``c`` read some element of ``v`` at more than one point of ``c``: a
+    linalg op through a map without some loop dim (a broadcast) or over fewer points than
+    ``c`` (a copy recomputed at each of ``c``'s points), an op that takes ``v`` twice
+    (``concat([a, a])``), or the same through a reshape of ``v``."""
+    graph = planner.graph
+    for r in graph.readers(v):
+        node = graph.nodes[r]
+        if planner.group(r) is not c:
+            continue
+        maps = node.info.input_maps
+        if maps:
+            if _points(node.info.domain) < _points(c.domain):
+                return True
+            for operand, m in zip(list(node.op.operands)[:len(maps)], maps):
+                if operand == v and m is not None and \
+                        len({d for d in map(dim_of, m.results) if d is not None}) < m.n_dims:
+                    return True
+        elif sum(1 for o in node.op.operands if o == v) > 1:
+            return True
+        elif node.op.name in _RESHAPES and depth < 4 and \
+                _read_repeatedly(planner, c, node.op.results[0], depth + 1):
+            return True
+    return False
 
 
 def _copy_group(p: Group, c: Group) -> Group:

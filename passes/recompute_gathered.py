@@ -55,10 +55,11 @@ def _qualifies(node: Node) -> bool:
 
 def _is_identity(m: ir.AffineMap) -> bool:
     return len(m.results) == m.n_dims and all(
-        _dim(r) == i for i, r in enumerate(m.results))
+        dim_of(r) == i for i, r in enumerate(m.results))
 
 
-def _dim(expr: ir.AffineExpr) -> int | None:
+def dim_of(expr: ir.AffineExpr) -> int | None:
+    """The position of a dim expression (``d2``: 2), None for any other expression."""
     e = expr.maybe_downcast() if hasattr(expr, "maybe_downcast") else expr
     return e.position if isinstance(e, ir.AffineDimExpr) else None
 
@@ -69,7 +70,7 @@ def _zero(expr: ir.AffineExpr) -> bool:
 
 
 def _projected_permutation(m: ir.AffineMap) -> bool:
-    return all(_dim(r) is not None or _zero(r) for r in m.results)
+    return all(dim_of(r) is not None or _zero(r) for r in m.results)
 
 
 def gathered_cost(planner: Planner, p: Group, v: ir.Value, c: Group) -> tuple[int, int]:
@@ -128,7 +129,7 @@ def _inline_at(producer: ir.Operation, ex: ir.Operation) -> None:
             src = producer.operands[k]
             idx = []
             for r in maps[k].results:
-                d = _dim(r)
+                d = dim_of(r)
                 if d is None:
                     if zero is None:
                         zero = arith.ConstantOp(ir.IndexType.get(), 0).result

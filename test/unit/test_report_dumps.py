@@ -122,7 +122,7 @@ def test_dump_dir_names_never_collide(tmp_path, capsys, monkeypatch):
     assert files == ["00-input.mlir", "01-opfuse-fold-unit-dims.mlir",
                      "02-opfuse-fuse-elementwise.mlir", "03-opfuse-fuse-producer-consumer.mlir",
                      "04-opfuse-fuse-reduction.mlir", "05-opfuse-fuse-epilogue.mlir",
-                     "06-opfuse-outline.mlir", "ledger.json",
+                     "06-opfuse-fuse-recompute.mlir", "07-opfuse-outline.mlir", "ledger.json",
                      "pipeline.txt"]
     ledger = json.loads((tmp_path / runs[0] / "ledger.json").read_text())
     assert [d["step"] for d in ledger] == [1, 2, 3, 4, 5]
@@ -143,8 +143,8 @@ def test_fuse_run_dumps_both_programs_and_their_cpu_modules(tmp_path, capsys, mo
     assert sorted(p.name for p in unfused.iterdir()) == [
         "00-input.mlir", "01-opfuse-outline.mlir", "02-cpu.mlir", "ledger.json", "pipeline.txt"]
     names = sorted(p.name for p in fused.iterdir())
-    assert names[-3:] == ["07-cpu.mlir", "ledger.json", "pipeline.txt"]
-    assert "llvm.func" in (fused / "07-cpu.mlir").read_text()
+    assert names[-3:] == ["08-cpu.mlir", "ledger.json", "pipeline.txt"]
+    assert "llvm.func" in (fused / "08-cpu.mlir").read_text()
 
 
 def test_fuse_run_report_dir(tmp_path, capsys):
