@@ -40,6 +40,7 @@ class Target:
     t_launch_s: float
     b_mem: float
     f_peak: float
+    attention_tiles: tuple["AttentionTile", ...] = ()
 
     @property
     def default_r_limit(self) -> int:
@@ -50,13 +51,40 @@ class Target:
         return min(255, (self.regs_per_sm // threads) // 8 * 8)
 
 
+@dataclass(frozen=True)
+class AttentionTile:
+    """The FlashAttention kernel's tile for head dims up to ``head_dim``.
+
+    Attributes:
+        head_dim: the largest head dim (of Q·Kᵀ and of V) this tile serves.
+        block_m: query rows per block (each block owns rows of one batch and head).
+        block_n: keys per K/V tile staged in shared memory.
+    """
+
+    head_dim: int
+    block_m: int
+    block_n: int
+
+
+#: Threads of an attention block: 16 along the keys (and value columns), 8 along the rows.
+ATTENTION_THREADS = (16, 8)
+#: Shared memory the attention kernel may use: the 48 KiB of static shared memory both
+#: sm_80 and sm_90 give a kernel without opting in to more. Q (block_m x D), one K/V tile
+#: (block_n x D, K then V) and P (block_m x block_n) are staged as f32.
+ATTENTION_SMEM_BYTES = 48 * 1024
+# Tiles by head dim, checked by ptxas (0 spills) and against the shared-memory budget:
+# 32 -> 64x64 (32 KiB), 64 -> 64x32 (32 KiB), 128 -> 32x32 (36 KiB); larger head dims use
+# the last tile with head dims padded in shared memory (the slower path).
+_ATTENTION_TILES = (AttentionTile(32, 64, 64), AttentionTile(64, 64, 32),
+                    AttentionTile(128, 32, 32))
+
 # Launch overhead and bandwidth are datasheet-level figures for A100-80GB and H200; the
 # benchmark suite measures them on a real GPU. A 25% occupancy target (16 warps per SM)
 # is enough to keep HBM busy with 16-byte vector loads, and gives R_limit = 128. FP32
 # throughput (no tensor cores): 19.5 TFLOP/s on A100, 67 TFLOP/s on H100/H200 SXM.
 TARGETS: dict[str, Target] = {
-    "sm_80": Target("sm_80", 65536, 2048, 256, 0.25, 4.0e-6, 2.0e12, 19.5e12),
-    "sm_90": Target("sm_90", 65536, 2048, 256, 0.25, 3.0e-6, 4.8e12, 67.0e12),
+    "sm_80": Target("sm_80", 65536, 2048, 256, 0.25, 4.0e-6, 2.0e12, 19.5e12, _ATTENTION_TILES),
+    "sm_90": Target("sm_90", 65536, 2048, 256, 0.25, 3.0e-6, 4.8e12, 67.0e12, _ATTENTION_TILES),
 }
 
 
@@ -201,6 +229,31 @@ def estimate_registers(kind: str, n_pointers: int, live_scalars: int, element_by
         return ROW_BASE_REGS + pointers + live_scalars
     # loop kernels: one 16-byte vector per value, about half of them live at once
     return LOOP_BASE_REGS + pointers + (vector_width(element_bytes) * live_scalars + 1) // 2
+
+
+def attention_tile(target: Target | str, head_dim: int) -> AttentionTile:
+    """The attention tile ``target`` uses for ``head_dim`` (the max of Q·Kᵀ's and V's)."""
+    t = get_target(target) if isinstance(target, str) else target
+    for tile in t.attention_tiles:
+        if head_dim <= tile.head_dim:
+            return tile
+    return t.attention_tiles[-1]
+
+
+# Attention kernels (codegen/attention.py), fitted to ptxas -v (CUDA 13.0, sm_90) like the
+# matmul model: the per-thread S tile, O accumulators and row statistics, plus a base for
+# indices, loop state and addresses.
+ATTENTION_BASE_REGS = 40
+
+
+def attention_registers(value_dim: int, n_pointers: int, target: str = "sm_90") -> int:
+    """Registers per thread of an attention kernel whose result rows have ``value_dim``
+    columns (the tile follows the head dim; see :func:`attention_tile`)."""
+    tile = attention_tile(target, value_dim)
+    tx, ty = ATTENTION_THREADS
+    rows = tile.block_m // ty
+    live = rows * (-(-value_dim // tx) + tile.block_n // tx + 3)  # O, S, max/sum/Q
+    return ATTENTION_BASE_REGS + REGS_PER_POINTER * n_pointers + live
 
 
 def t_saved(n_kernels: int, q_intermediate: int, target: Target) -> float:

@@ -64,6 +64,10 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     # residual: the epilogue runs on the accumulators in registers). After the reductions,
     # so that softmax after QK^T stays one row kernel instead of becoming a matmul epilogue.
     "opfuse-fuse-epilogue",
+    # Attention last among the fusions: it merges whole groups (Q·Kᵀ with its prologue, the
+    # softmax row kernel, P·V with its epilogue) once each is final, into one kernel that
+    # keeps S and P on chip.
+    "opfuse-fuse-attention",
     # Recomputation after every other fusion, on the final groups: a small loop group read
     # through a broadcast by a larger kernel (position ids, position embeddings, mask
     # pieces) is computed again inside it where the time model says so.

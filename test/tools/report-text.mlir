@@ -30,9 +30,17 @@
 // G1-NEXT: kernel fusion_1_output: kind=output members=10 {{.*}} saved=40.0 MiB
 // G1-NEXT: decision gelu1.pow: fused #1 [fuse-elementwise] fc1.bias -> gelu1.pow:
 
+// G5 (attention): one kernel; its bytes in the seed's terms: Q_S (S written by Q·Kᵀ and
+// read by the softmax, P written by it and read by P·V: 4 x 64 MiB) stays on chip.
+// RUN: fuse-opt %S/../../examples/g5_attention.mlir --opfuse-report=text | filecheck %s --check-prefix=G5
+// G5: kernels: 15 -> 1 (14 launches saved)
+// G5: kernel fusion_0_attention: kind=attention members=15 {{.*}} bytes=32.0 MiB
+// G5-NEXT: attention: Q_fused = Q_QK + Q_PV = 32.0 MiB (Q, K, V, masks read, O written); Q_S = 256.0 MiB saved (S and P stay on chip; Q_unfused 288.0 MiB)
+// G5: decision attn.pv: fused #{{[0-9]+}} [fuse-attention] attn.qk -> attn.pv: saving 0.89 > delta 0.10, R_fused {{[0-9]+}} < R_limit 128 (Q_S 268435456 B stays on chip)
+
 // G6 (encoder layer): a producer duplicated into three kernels is one fusion, one step.
 // RUN: fuse-opt %S/../../examples/g6_encoder_layer.mlir --opfuse-report=text | filecheck %s --check-prefix=G6
-// G6: kernels: 69 -> 11 (58 launches saved)
+// G6: kernels: 69 -> 9 (60 launches saved)
 // G6: ops: 69 in 1 function; decisions: {{[0-9]+}} ({{[0-9]+}} fused, {{[0-9]+}} refused)
 // G6: kernel fusion_0_input: kind=input members=13
 // G6: decision ln1.mean.sum: fused #[[DUP:[0-9]+]] (duplicate) [fuse-producer-consumer] tokens -> ln1.mean.sum: recompute moves

@@ -323,3 +323,22 @@ def test_misaligned_vector_access_is_an_internal_error():
         info.value
     )
     assert info.value.exit_code == 2
+
+
+def test_loop_carries_a_constant_vector_through_a_thread_dependent_bound():
+    """Regression: an ``scf.for`` whose bound differs between threads (the attention
+    kernel's causal key bound) starting from a splat vector constant broadcast the
+    constant over the thread axis instead of giving every thread its own copy."""
+    y = _run("""
+    %z = arith.constant dense<0.0> : vector<2xf32>
+    %ub = affine.apply affine_map<(d0) -> (d0 mod 4)>(%tx)
+    %r = scf.for %i = %c0 to %ub step %one iter_args(%acc = %z) -> (vector<2xf32>) {
+      %b = vector.broadcast %v : f32 to vector<2xf32>
+      %n = arith.addf %acc, %b : vector<2xf32>
+      scf.yield %n : vector<2xf32>
+    }
+    %e = vector.extract %r[1] : f32 from vector<2xf32>
+    memref.store %e, %y[%g] : memref<16xf32>
+""")
+    x = np.arange(16, dtype=np.float32) + 100
+    np.testing.assert_array_equal(y, x * (np.arange(16) % 8 % 4))

@@ -107,11 +107,18 @@ def test_saved_outputs_match_numpy_reference_and_replay(g2, tmp_path, capsys):
     assert fuse_run.main([str(g2), "--repeat", "0", "--inputs", files]) == 0
 
 
+#: Graphs whose fused program sums in another order than the unfused one, with fuse-run's
+#: unscaled random weights (ill-conditioned: G6's scores reach +-25): the attention kernel's
+#: online softmax divides by the row sum after P·V instead of before; fused and unfused are
+#: both ~9e-5 from the float64 reference, 4e-5 from each other.
+REORDERED = {"g6_encoder_layer": ("--tolerance", "1e-3,1e-5")}
+
+
 @pytest.mark.parametrize("name", list(SMALL))
 def test_every_small_graph_fuses_and_agrees(name, tmp_path, capsys):
     path = tmp_path / f"{name}.mlir"
     path.write_text(SMALL[name].to_mlir())
-    rc, doc = run_json(capsys, path, "--repeat", "0")
+    rc, doc = run_json(capsys, path, "--repeat", "0", *REORDERED.get(name, ()))
     assert rc == 0, doc["outputs"]
     assert doc["fused"]["kernels"] < doc["unfused"]["kernels"]
     assert doc["fused"]["bytes"] < doc["unfused"]["bytes"]

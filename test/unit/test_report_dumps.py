@@ -119,11 +119,11 @@ def test_dump_dir_names_never_collide(tmp_path, capsys, monkeypatch):
     runs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
     assert len(runs) == 3 and len(set(runs)) == 3
     files = sorted(p.name for p in (tmp_path / runs[0]).iterdir())
-    assert files == ["00-input.mlir", "01-opfuse-fold-unit-dims.mlir",
-                     "02-opfuse-fuse-elementwise.mlir", "03-opfuse-fuse-producer-consumer.mlir",
-                     "04-opfuse-fuse-reduction.mlir", "05-opfuse-fuse-epilogue.mlir",
-                     "06-opfuse-fuse-recompute.mlir", "07-opfuse-outline.mlir", "ledger.json",
-                     "pipeline.txt"]
+    from opfuse.pipeline import DEFAULT_PIPELINE
+
+    stages = [f"{i:02d}-{name}.mlir" for i, name in enumerate(DEFAULT_PIPELINE, 1)]
+    assert files == ["00-input.mlir", *stages, "ledger.json", "pipeline.txt"]
+    assert stages[0] == "01-opfuse-fold-unit-dims.mlir" and stages[-1].endswith("-opfuse-outline.mlir")
     ledger = json.loads((tmp_path / runs[0] / "ledger.json").read_text())
     assert [d["step"] for d in ledger] == [1, 2, 3, 4, 5]
 
@@ -142,9 +142,12 @@ def test_fuse_run_dumps_both_programs_and_their_cpu_modules(tmp_path, capsys, mo
     (unfused,) = (run / "unfused").iterdir()
     assert sorted(p.name for p in unfused.iterdir()) == [
         "00-input.mlir", "01-opfuse-outline.mlir", "02-cpu.mlir", "ledger.json", "pipeline.txt"]
+    from opfuse.pipeline import DEFAULT_PIPELINE
+
+    cpu_stage = f"{len(DEFAULT_PIPELINE) + 1:02d}-cpu.mlir"
     names = sorted(p.name for p in fused.iterdir())
-    assert names[-3:] == ["08-cpu.mlir", "ledger.json", "pipeline.txt"]
-    assert "llvm.func" in (fused / "08-cpu.mlir").read_text()
+    assert names[-3:] == [cpu_stage, "ledger.json", "pipeline.txt"]
+    assert "llvm.func" in (fused / cpu_stage).read_text()
 
 
 def test_fuse_run_report_dir(tmp_path, capsys):

@@ -18,6 +18,9 @@ from ..ir import format_location
 from .graph import GROUP_ATTR, KIND_ATTR, FuncGraph, Node, value_bytes
 from .opinfo import LOOP_KINDS, OpKind
 
+#: Group kinds only the pass that formed the group can tell (kept in ``opfuse.kind``).
+FORCED_KINDS = ("attention",)
+
 
 @dataclass(eq=False)
 class Group:
@@ -35,6 +38,9 @@ class Group:
     last: int = 0
     domain: tuple[int, ...] = ()  # loop domain, or the row domain of its reductions
     row_domain: tuple[int, ...] | None = None  # reduced domain of row reductions
+    #: A kind its members alone do not tell (``attention``: set by the pass that formed
+    #: the group and read back from ``opfuse.kind``).
+    forced_kind: str | None = None
 
     @property
     def q(self) -> int:
@@ -42,7 +48,10 @@ class Group:
 
     @property
     def kind(self) -> str:
-        """``output`` (has a contraction), ``input`` (a reduction), ``loop`` or ``opaque``."""
+        """``output`` (has a contraction), ``input`` (a reduction), ``loop`` or ``opaque``;
+        or the kind a pass gave it (``attention``)."""
+        if self.forced_kind is not None:
+            return self.forced_kind
         if OpKind.OPAQUE in self.kinds:
             return "opaque"
         if OpKind.CONTRACTION in self.kinds:
@@ -57,6 +66,9 @@ class Group:
 
     def registers(self) -> int:
         n_ptr = len(self.reads) + len(self.outputs)
+        if self.kind == "attention":  # the tile, not the payload, sets its registers
+            value_dim = max((_shape(v.type) or [1])[-1] for v in self.outputs) if self.outputs else 1
+            return cost.attention_registers(value_dim, n_ptr)
         live = len(self.reads) + self.peak + len(self.outputs)
         return cost.estimate_registers(self.kind, n_ptr, live, self.elem_bytes)
 
@@ -78,6 +90,11 @@ class Planner:
             first = by_attr.setdefault(node.group, node.index)
             if first != node.index:
                 self._union(self.group(first), self.group(node.index))
+        for node in graph.nodes:  # kinds the members do not tell
+            if node.group is not None and KIND_ATTR in node.op.attributes:
+                kind = ir.StringAttr(node.op.attributes[KIND_ATTR]).value
+                if kind in FORCED_KINDS:
+                    self.group(node.index).forced_kind = kind
 
     # ----- queries -----------------------------------------------------------------------
     def find(self, i: int) -> int:
@@ -197,6 +214,59 @@ class Planner:
                      consumer=consumer, producer=producer, step=step)
         return verdict.fuse
 
+    def try_merge_set(self, groups: list[Group], *, why: str, producer: Node, consumer: Node,
+                      kind: str | None = None, registers: int | None = None,
+                      check=None, numbers: dict | None = None, note: str = "") -> bool:
+        """Merge ``groups`` into one (of ``kind``, when given), as one candidate: refused if
+        the union would make the kernel graph cyclic or ``check(merged)`` says why not
+        (returning why), then the guard decides on the total saving, with ``registers``
+        for R_fused when given. Rolled back unless fused; one ledger entry either way,
+        recorded as ``producer -> consumer`` (with ``numbers`` added, and ``note`` after
+        the reason of a fusion)."""
+        groups = sorted({g.gid: g for g in groups}.values(), key=lambda g: g.first)
+        saved = self._snapshot(groups)
+        q_unfused = sum(g.q for g in groups)
+
+        def refuse(reason: str) -> bool:
+            self._restore(saved)
+            self._record(groups[0], groups[-1], False, reason, {}, None, why,
+                         consumer=consumer, producer=producer.label)
+            return False
+
+        merged = groups[0]
+        for g in groups[1:]:
+            merged = self._union(merged, g)
+        # pairwise unions assume producer before consumer; here any group may feed any
+        members = set(merged.members)
+        merged.reads = {v: b for g in saved for v, b in g.reads.items()
+                        if self.graph.producer.get(v) not in members}
+        merged.outputs = {v: b for g in saved for v, b in g.outputs.items()
+                          if v in self.graph.returned
+                          or any(r not in members for r in self.graph.readers(v))}
+        # only the whole set must be acyclic (a path out of it and back in): part of it may
+        # not be (Q·Kᵀ and P·V without the softmax between them)
+        via = self.cycle_via(merged, merged)
+        if via is not None:
+            return refuse(f"would create a cycle through {via}")
+        if kind is not None:
+            merged.forced_kind = kind
+        why_not = check(merged) if check is not None else None
+        if why_not is not None:
+            return refuse(why_not)
+        r_fused = registers if registers is not None else merged.registers()
+        verdict = cost.guard(r_fused, q_unfused, merged.q, self.options)
+        verdict.numbers.update(w_fused=merged.flops, kernels=len(groups),
+                               t_saved_s=cost.t_saved(len(groups), q_unfused - merged.q, self.target),
+                               **(numbers or {}))
+        step = self._fuel(verdict)
+        if not verdict.fuse:
+            self._restore(saved)
+        reason = verdict.reason + (f" ({note})" if note and verdict.fuse else "")
+        self._record(groups[0], groups[-1], verdict.fuse, reason, verdict.numbers,
+                     verdict.would_fuse_with, why, consumer=consumer, producer=producer.label,
+                     step=step)
+        return verdict.fuse
+
     @staticmethod
     def _fuel(verdict: cost.Verdict) -> int | None:
         """Spend fusion fuel on a candidate the guard accepted: its step number, or (fuel
@@ -211,7 +281,8 @@ class Planner:
 
     def _snapshot(self, groups: list[Group]) -> list[Group]:
         return [Group(g.gid, list(g.members), dict(g.reads), dict(g.outputs), g.flops, g.peak,
-                      g.elem_bytes, set(g.kinds), g.first, g.last, g.domain, g.row_domain)
+                      g.elem_bytes, set(g.kinds), g.first, g.last, g.domain, g.row_domain,
+                      g.forced_kind)
                 for g in groups]
 
     def _restore(self, saved: list[Group]) -> None:
@@ -344,6 +415,7 @@ class Planner:
         big.kinds = merged.kinds
         big.first, big.last = min(p.first, c.first), max(p.last, c.last)
         big.domain, big.row_domain = domain, row_domain
+        big.forced_kind = p.forced_kind or c.forced_kind
         self._parent[small.gid] = big.gid
         del self._groups[small.gid]
         return big
@@ -389,7 +461,8 @@ def _merged_domain(p: Group, c: Group) -> tuple[tuple[int, ...], tuple[int, ...]
 def root_of(graph: FuncGraph, g: Group) -> int:
     """The node that carries ``opfuse.kind``: the contraction of an output group, the last
     reduction of an input group, the last member otherwise."""
-    want = {"output": OpKind.CONTRACTION, "input": OpKind.REDUCTION}.get(g.kind)
+    want = {"output": OpKind.CONTRACTION, "input": OpKind.REDUCTION,
+            "attention": OpKind.CONTRACTION}.get(g.kind)
     members = sorted(g.members)
     if want is not None:
         for m in reversed(members):

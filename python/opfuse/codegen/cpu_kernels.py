@@ -19,6 +19,7 @@ from mlir.dialects import func as func_d
 from mlir.dialects import linalg
 
 from . import cpu_matmul
+from .cpu_attention import lower_attention_kernels
 from .cpu_pipeline import apply_transform_script, run_pipeline
 
 #: Private functions whose name starts with this are fused kernels (``opfuse-outline``).
@@ -91,6 +92,7 @@ def prepare_loops(module: ir.Module, *, fuse_kernels: bool = True) -> None:
     fusion folding a reshape of the result into a matmul made it a 3-D generic with the
     reduction innermost (G6 fused ran 3x slower than unfused).
     """
+    lower_attention_kernels(module)  # S stays a tile (codegen/cpu_attention.py)
     interchange_matmuls(module)
     if fuse_kernels:
         fuse_kernel_functions(module)

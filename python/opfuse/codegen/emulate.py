@@ -568,10 +568,12 @@ class Emulator:
                 env[r] = v
             return
         iv = np.broadcast_to(lb, (L.n,)).astype(np.int64).copy()
-        carried = [
-            np.broadcast_to(v, (L.n,) + v.shape[1:]).copy() if v.ndim else np.full(L.n, v)
-            for v in inits
-        ]
+        carried = []
+        for a, v in zip(args[1:], inits):
+            if isinstance(a.type, ir.VectorType) and v.ndim == 1:  # a constant: every thread's
+                v = np.broadcast_to(v, (L.n, v.shape[0]))
+            carried.append(np.broadcast_to(v, (L.n,) + v.shape[1:]).copy() if v.ndim
+                           else np.full(L.n, v))
         while True:
             active = mask & (iv < ub)
             if not active.any():

@@ -26,10 +26,18 @@ from typing import Sequence
 from mlir import ir
 from mlir.dialects import memref, scf, vector
 
-from .kernel import KernelBuilder, Unsupported, delinearize, element_bytes, linearize, shape_of
+from ..analysis import indexing
+from ..analysis.indexing import (  # noqa: F401  (maps_of ... op_of: re-exported)
+    Index,
+    compose,
+    iterators_of,
+    linearize,
+    maps_of,
+    n_inputs,
+    op_of,
+)
+from .kernel import KernelBuilder, Unsupported, element_bytes, shape_of
 from .lanes import Kind, analyze, lane_map
-
-Index = tuple  # tuple[ir.AffineExpr, ...]
 
 
 @dataclass(frozen=True)
@@ -51,28 +59,6 @@ class Leaf:
     element_type: ir.Type
 
 
-def maps_of(op: ir.Operation) -> list[ir.AffineMap]:
-    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
-def iterators_of(op: ir.Operation) -> list[str]:
-    return [
-        str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])
-    ]
-
-
-def n_inputs(op: ir.Operation) -> int:
-    return len(op.operands) - len(op.results)
-
-
-def op_of(v: ir.Value) -> ir.Operation | None:
-    """The defining op of ``v`` (None for a block argument)."""
-    owner = v.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner
-
-
 def result_number(v: ir.Value) -> int:
     return ir.OpResult(v).result_number
 
@@ -91,11 +77,6 @@ def generic_domain(op: ir.Operation) -> list[int]:
     if any(d is None for d in dom):
         raise Unsupported("a loop of a linalg.generic has no static size")
     return dom  # type: ignore[return-value]
-
-
-def compose(amap: ir.AffineMap, point: Sequence[ir.AffineExpr], n_dims: int, ctx) -> Index:
-    pmap = ir.AffineMap.get(n_dims, 0, list(point), ctx)
-    return tuple(r.compose(pmap).maybe_downcast() for r in amap.results)
 
 
 class Evaluator:
@@ -374,46 +355,22 @@ class Evaluator:
         raise Unsupported(f"'{name}' inside a kernel")
 
     def _expand_source(self, op: ir.Operation, idx: Index) -> Index:
-        shape = shape_of(op.results[0].type)
-        out = []
-        for group in _reassociation(op):
-            out.append(linearize([idx[i] for i in group], [shape[i] for i in group]))
-        return tuple(out)
+        return indexing.expand_source(op, idx)
 
     def _collapse_source(self, op: ir.Operation, idx: Index) -> Index:
-        src_shape = shape_of(op.operands[0].type)
-        if not idx:  # to a 0-d tensor: every source dim has size 1
-            return tuple(ir.AffineConstantExpr.get(0, self.ctx) for _ in src_shape)
-        out = []
-        for t, group in enumerate(_reassociation(op)):
-            out.extend(delinearize(idx[t], [src_shape[i] for i in group]))
-        return tuple(out)
+        return indexing.collapse_source(op, idx)
 
     def _reshape_source(self, op: ir.Operation, idx: Index) -> Index:
-        """A general reshape (same elements, row-major): through the flat position. Both
-        shapes are static (the builder and the importer only make static ones)."""
-        src, out = op.operands[0].type, op.results[0].type
-        if not (ir.ShapedType(src).has_static_shape and ir.ShapedType(out).has_static_shape):
+        src = indexing.reshape_source(op, idx)
+        if src is None:
             raise Unsupported("tensor.reshape with a dynamic shape")
-        flat = linearize(idx, shape_of(out))
-        return tuple(delinearize(flat, shape_of(src)))
+        return src
 
     def _slice_source(self, op: ir.Operation, idx: Index) -> Index:
-        if len(op.operands) > 1:
-            raise Unsupported("tensor.extract_slice with dynamic offsets or sizes")
-        offs = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
-        strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
-        sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
-        kept = _kept_dims(sizes, shape_of(op.results[0].type))
-        out = []
-        for d, (o, st) in enumerate(zip(offs, strides)):
-            if kept[d] is None:  # a dropped unit dim (torch's select): its offset
-                out.append(ir.AffineConstantExpr.get(o, self.ctx))
-                continue
-            e = idx[kept[d]]
-            e = e * st if st != 1 else e
-            out.append(e + o if o else e)
-        return tuple(out)
+        try:
+            return indexing.slice_source(op, idx)
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
 
     def _concat(self, op: ir.Operation, idx: Index) -> Val:
         """The value of the ``tensor.concat`` input whose range along the axis holds ``idx``.
@@ -704,35 +661,10 @@ class Evaluator:
 def loop_point(out_map: ir.AffineMap, idx: Index) -> list[ir.AffineExpr]:
     """The loop point of a generic whose result (indexed by ``out_map``, a permutation)
     is read at ``idx``. Raises Unsupported for any other output map."""
-    point: list = [None] * out_map.n_dims
-    for t, res in enumerate(out_map.results):
-        res = res.maybe_downcast()
-        if not isinstance(res, ir.AffineDimExpr):
-            raise Unsupported("an output indexing map that is not a permutation")
-        point[res.position] = idx[t]
-    if any(p is None for p in point):
-        raise Unsupported("an output indexing map that does not cover every loop")
+    point = indexing.point_of(out_map, idx)
+    if point is None:
+        raise Unsupported("an output indexing map that is not a permutation of every loop")
     return point
-
-
-def _kept_dims(sizes: Sequence[int], result: Sequence[int]) -> list[int | None]:
-    """For each source dim of an extract_slice, the result dim it becomes, or None when a
-    rank-reducing slice drops it (a unit size). Greedy from the left, as MLIR matches
-    a rank-reduced result type against the slice sizes."""
-    kept: list[int | None] = []
-    j = 0
-    for d, size in enumerate(sizes):
-        must_keep = len(result) - j >= len(sizes) - d  # as many dims left as result dims
-        if j < len(result) and (size == result[j] and (size != 1 or must_keep)):
-            kept.append(j)
-            j += 1
-        elif size == 1:
-            kept.append(None)
-        else:
-            raise Unsupported(f"tensor.extract_slice sizes {list(sizes)} -> {list(result)}")
-    if j != len(result):
-        raise Unsupported(f"tensor.extract_slice sizes {list(sizes)} -> {list(result)}")
-    return kept
 
 
 def _concat_parts(op: ir.Operation) -> tuple[int, list[int]]:
@@ -751,10 +683,3 @@ def _concat_parts(op: ir.Operation) -> tuple[int, list[int]]:
 def _shifted(idx: Index, axis: int, start: int) -> Index:
     """``idx`` moved back by ``start`` along ``axis``."""
     return tuple(e - start if k == axis and start else e for k, e in enumerate(idx))
-
-
-def _reassociation(op: ir.Operation) -> list[list[int]]:
-    return [
-        [ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)]
-        for g in ir.ArrayAttr(op.attributes["reassociation"])
-    ]

@@ -16,6 +16,7 @@ kind      emitters, in order
 loop      loop (16-byte vectors per thread), fallback
 input     rows (team per row, shuffles), fallback
 output    mma (tensor cores, cp.async pipeline), matmul (SIMT tile), fallback
+attention attention (FlashAttention-2: online softmax, S and P on chip), fallback
 opaque    fallback (grid-stride loop)
 ========  ==================================================================
 """
@@ -32,6 +33,7 @@ from ..runtime.cache import KernelCache, make_key
 from ..runtime.schedule import HostSchedule, KernelSpec
 from . import host, nvptx
 from . import ptxas as ptxas_mod
+from .attention import emit_attention
 from .group import Group, NotChosen, is_view_only, prepare
 from .kernel import KernelBuilder, Unsupported
 from .loop import emit_fallback, emit_loop
@@ -46,12 +48,14 @@ EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
     "rows": emit_rows,
     "mma": emit_mma,
     "matmul": emit_matmul,
+    "attention": emit_attention,
     "fallback": emit_fallback,
 }
 ORDER = {
     "loop": ("loop", "fallback"),
     "input": ("rows", "fallback"),
     "output": ("mma", "matmul", "fallback"),
+    "attention": ("attention", "fallback"),
     "opaque": ("fallback",),
 }
 PTXAS_OPTIONS = ("-O3",)

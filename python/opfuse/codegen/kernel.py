@@ -20,6 +20,8 @@ from typing import Iterator, Sequence
 from mlir import ir
 from mlir.dialects import affine, arith, scf
 
+from ..analysis.indexing import delinearize, linearize, numel  # noqa: F401  (re-exported)
+
 #: Index arguments of a ``gpu.launch`` body: block ids, thread ids, grid dims, block dims.
 _LAUNCH_INDEX_ARGS = 12
 
@@ -139,11 +141,17 @@ func.func @{name}({args}) {{
         self.block_id = a[0:3]
         self.thread_id = a[3:6]
         self.shared: list[ir.Value] = a[_LAUNCH_INDEX_ARGS : _LAUNCH_INDEX_ARGS + len(shared)]
-        self._terminator = list(self.body.operations)[-1]
+        self._init_body(self.body, ctx)
+
+    def _init_body(self, body: ir.Block, ctx: ir.Context) -> None:
+        """Emit into ``body``, before its last op (the terminator). Also how code that is
+        not a GPU launch (the CPU's attention loops) reuses the builder."""
+        self.ctx = ctx
+        self._terminator = list(body.operations)[-1]
         self._ips: list[ir.InsertionPoint] = [ir.InsertionPoint(self._terminator)]
         # Prologue: constants and hoisted values go before this anchor, in creation order,
         # so they dominate everything the emitters put before the terminator.
-        with ir.InsertionPoint.at_block_begin(self.body), ir.Location.unknown(ctx):
+        with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown(ctx):
             self._anchor = arith.ConstantOp(ir.IndexType.get(ctx), 0).operation
         self._top = ir.InsertionPoint(self._anchor)
         self._consts: dict[tuple[str, str], ir.Value] = {}
@@ -311,12 +319,6 @@ def shape_of(t: ir.Type) -> tuple[int, ...]:
     return tuple(ir.ShapedType(t).shape)
 
 
-def numel(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
 
 def element_type_text(t: ir.Type) -> str:
     return str(ir.ShapedType(t).element_type)
@@ -339,34 +341,3 @@ def vector_width(elem: ir.Type, inner: int) -> int:
     while v > 1 and inner % v:
         v //= 2
     return v
-
-
-def delinearize(flat: ir.AffineExpr, shape: Sequence[int]) -> list[ir.AffineExpr]:
-    """Row-major indices of the flat position ``flat`` in ``shape`` (affine floordiv/mod).
-
-    ``flat`` is in ``[0, numel(shape))``, so a dim needs no ``mod`` when every dim before it
-    has size 1 (``[1, 8]`` gives ``(0, flat)``), and a size-1 dim's index is 0.
-    """
-    exprs = []
-    stride = numel(shape)
-    leading = 1  # elements of the dims before this one
-    for d in shape:
-        stride //= d
-        e = flat if stride == 1 else ir.AffineExpr.get_floor_div(flat, stride)
-        if d == 1:
-            e = ir.AffineConstantExpr.get(0, flat.context)
-        elif leading > 1:
-            e = ir.AffineExpr.get_mod(e, d)
-        leading *= d
-        exprs.append(e)
-    return exprs
-
-
-def linearize(exprs: Sequence[ir.AffineExpr], shape: Sequence[int]) -> ir.AffineExpr:
-    total = None
-    stride = 1
-    for e, d in reversed(list(zip(exprs, shape))):
-        term = e * stride if stride != 1 else e
-        total = term if total is None else total + term
-        stride *= d
-    return total if total is not None else ir.AffineConstantExpr.get(0)

@@ -33,10 +33,11 @@ KIND_COLORS: dict[str, tuple[str, str]] = {
     "loop": ("#dbeafe", "#1d4ed8"),
     "input": ("#dcfce7", "#15803d"),
     "output": ("#ffedd5", "#c2410c"),
+    "attention": ("#fae8ff", "#a21caf"),
     "opaque": ("#e5e7eb", "#4b5563"),
     "none": ("#ffffff", "#6b7280"),
 }
-KINDS = ("loop", "input", "output", "opaque")
+KINDS = ("loop", "input", "output", "attention", "opaque")
 
 ENGINES = ("auto", "dot", "builtin")
 DOT_TIMEOUT_S = 60

@@ -141,7 +141,8 @@ def _legend(kernels: list[dict[str, Any]]) -> str:
     for i in range(len(kernels)):
         counts[graphview.kernel_kind(kernels, i)] += 1
     what = {"loop": "elementwise / injective", "input": "reduction root",
-            "output": "matmul root + epilogue", "opaque": "not fusible"}
+            "output": "matmul root + epilogue",
+            "attention": "Q·Kᵀ → softmax → P·V, S on chip", "opaque": "not fusible"}
     items = "".join(
         f'<span class="lg"><span class="sw kind-{k}"></span>{k} — {what[k]} ({counts[k]})</span>'
         for k in graphview.KINDS)
@@ -290,7 +291,19 @@ def _kernel_table(kernels: list[dict[str, Any]]) -> str:
             f"<td>{_e(_num(k.get('registers_measured')))}</td>"
             f"<td>{_e(human_bytes(saved) if saved is not None else '—')}</td></tr>"
         )
-    return f'<table class="kernels"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    notes = [_attention_note(k) for k in kernels if k.get("attention")]
+    table = f'<table class="kernels"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    return table + "".join(notes)
+
+
+def _attention_note(k: dict[str, Any]) -> str:
+    """An attention kernel's saving in the seed's terms, under the kernel table."""
+    a = k["attention"]
+    return (f'<p class="attention-note"><span class="sw kind-attention"></span>'
+            f'<b>{_e(k.get("name", "?"))}</b>: Q<sub>unfused</sub> = Q<sub>QK</sub> + '
+            f"Q<sub>S</sub> + Q<sub>PV</sub> = {_e(human_bytes(a['q_unfused']))}, "
+            f"Q<sub>fused</sub> = Q<sub>QK</sub> + Q<sub>PV</sub> = {_e(human_bytes(a['q_fused']))}: "
+            f"Q<sub>S</sub> = {_e(human_bytes(a['q_s']))} saved (S and P stay on chip)</p>")
 
 
 def _pass(d: dict[str, Any]) -> str:

@@ -124,6 +124,15 @@ def _kernel_line(row: dict[str, Any]) -> str:
     return f"kernel {row.get('name', '?')}: {' '.join(fields)}"
 
 
+def attention_line(a: dict[str, Any]) -> str:
+    """An attention kernel's bytes in the seed's terms (Q_unfused = Q_QK + Q_S + Q_PV)."""
+    causal = a.get("causal_offset")
+    skip = ", causal: key tiles above the diagonal skipped" if causal is not None else ""
+    return (f"  attention: Q_fused = Q_QK + Q_PV = {human_bytes(a['q_fused'])} (Q, K, V, masks "
+            f"read, O written); Q_S = {human_bytes(a['q_s'])} saved (S and P stay on chip; "
+            f"Q_unfused {human_bytes(a['q_unfused'])}){skip}")
+
+
 def decision_line(d: dict[str, Any]) -> str:
     """``Decision.remark()``, shorter: no ``remark:``, no ``opfuse-`` prefix on the pass."""
     verdict = "fused" if d["fused"] else "not fused"
@@ -149,7 +158,10 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(estimate_line(report["estimate"]))
     if report.get("ptxas"):
         lines.append(ptxas_line(report["ptxas"]))
-    lines += [_kernel_line(row) for row in report.get("kernels", [])]
+    for row in report.get("kernels", []):
+        lines.append(_kernel_line(row))
+        if row.get("attention"):
+            lines.append(attention_line(row["attention"]))
     lines += [decision_line(d) for d in report.get("decisions", [])]
     return "\n".join(lines) + "\n"
 

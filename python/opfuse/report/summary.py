@@ -16,7 +16,9 @@ file and rendered by :mod:`opfuse.report.render` (text, JSON) and :mod:`opfuse.r
                    "launches_saved": 7, "bytes_saved": 8388608, "t_saved_s": 2.2e-05},
       "ptxas": null,                               # or measured figures, see attach_measured
       "kernels": [{"name": ..., "kind": ..., "members": [...], "flops": ..., "bytes": ...,
-                   "ai": ..., "registers": ..., "bytes_saved": ...}, ...],
+                   "ai": ..., "registers": ..., "bytes_saved": ...,
+                   "attention": {"q_fused": ..., "q_s": ..., ...}   # attention kernels
+                  }, ...],
       "decisions": [Decision.to_json(), ...],      # in ledger order
       "graph": {"nodes": [...], "edges": [[from, to], ...]}   # the op graph before fusion
     }
@@ -78,6 +80,7 @@ def build_report(
     kernels = [dict(row) for row in cost.kernel_rows(after_module)]
     _add_bytes_saved(kernels, cost.kernel_rows(before_module))
     decisions = ledger.to_json()
+    _add_attention(kernels, decisions)
     graph = build_graph(before_module, kernels)
     report = {
         "schema": SCHEMA_ID,
@@ -180,6 +183,27 @@ def _add_bytes_saved(kernels: list[dict[str, Any]], before_rows: list[dict[str, 
             continue
         share = sum(unfused.get(m, 0.0) / copies[m] for m in members)
         row["bytes_saved"] = int(round(share - row["bytes"]))
+
+
+ATTENTION_PASS = "opfuse-fuse-attention"
+
+
+def _add_attention(kernels: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> None:
+    """Each attention kernel's bytes in the seed's terms: ``q_fused`` = Q_QK + Q_PV (Q, K,
+    V and masks read, O written: the kernel's bytes), ``q_s`` = the S and P round trips
+    the unfused kernels made (from the fusion's ledger entry), ``q_unfused`` their sum."""
+    merges = [d for d in decisions if d.get("pass_name") == ATTENTION_PASS and d.get("fused")]
+    for row in kernels:
+        if row.get("kind") != "attention":
+            continue
+        members = set(_members(row))
+        for d in merges:
+            if d.get("consumer") in members and "q_s" in d.get("numbers", {}):
+                q_s = int(d["numbers"]["q_s"])
+                row["attention"] = {"q_fused": int(row["bytes"]), "q_s": q_s,
+                                    "q_unfused": int(row["bytes"]) + q_s,
+                                    "causal_offset": d["numbers"].get("causal_offset")}
+                break
 
 
 # --- the op graph -----------------------------------------------------------------------

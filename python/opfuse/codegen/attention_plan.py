@@ -1,0 +1,177 @@
+"""What the attention kernels (GPU and CPU) share: the recognized attention of a prepared
+``attention`` group, index expressions instantiated at a kernel's loop indices, and an
+evaluator that takes the kernel's own scores and outputs in place of the two matmuls.
+
+The kernels never evaluate the group's softmax ops: they compute S = Q·Kᵀ themselves, ask
+the evaluator for the scores ``X`` at one (query, key) point with S given (so scales and
+masks are the graph's own ops, in its own element types), run the online softmax and the
+P·V accumulation in f32, and give the normalized O back to the evaluator to write the
+group's outputs (reshapes, casts: whatever the group computes from P·V pointwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import arith
+
+from ..analysis.attention import Attention, generic_twin, match, reductions_read
+from ..analysis.indexing import Index, compose, substitute
+from .evaluate import Evaluator, Val
+from .group import Group, Output, require
+from .kernel import KernelBuilder
+
+
+@dataclass
+class Plan:
+    """A prepared attention group's recognized attention and its outputs' placement.
+
+    Attributes:
+        att: the recognized attention (index expressions over attention dims).
+        outputs: each group output with the index (over attention dims; the key and head
+            dims unused) at which it reads P·V's result.
+    """
+
+    group: Group
+    att: Attention
+    outputs: list[tuple[Output, Index]]
+
+    @property
+    def o(self) -> ir.Value:
+        return self.att.pv.op.results[0]
+
+
+def plan(group: Group) -> Plan:
+    """Recognize the attention of ``group`` (a prepared ``attention`` function).
+
+    Raises:
+        Unsupported: the group is not exactly one attention whose outputs are computed
+            pointwise from P·V's result.
+    """
+    found = []
+    for op in group.ops():
+        if op.name == "linalg.generic":
+            m = match(op, generic_twin)
+            if m is not None and not isinstance(m, str):
+                found.append(m)
+    require(len(found) == 1, f"{len(found)} attention patterns in an attention group")
+    att = found[0]
+    ctx = group.func.context
+    with ctx:
+        dims = [ir.AffineDimExpr.get(i) for i in range(att.n_dims)]
+    o_idx = compose(att.pv.maps[2], dims[:-1], att.n_dims, ctx)
+    o = att.pv.op.results[0]
+    outputs = []
+    for out in group.outputs:
+        require(len(out.shape) == len(o_idx), f"an output of shape {out.shape} in attention")
+        # read at P·V's own index, the output must read P·V there and nothing else
+        reads = reductions_read(out.value, o_idx, generic_twin, att.n_dims)
+        require(
+            bool(reads) and all(v == o and _same(i, o_idx) for v, i in reads),
+            "an attention output that is not P·V's result read pointwise",
+        )
+        outputs.append((out, o_idx))
+    return Plan(group, att, outputs)
+
+
+def _same(a: Index, b: Index) -> bool:
+    return [str(e) for e in a] == [str(e) for e in b]
+
+
+class AttentionEvaluator(Evaluator):
+    """An evaluator that returns :attr:`held` values for S and O (the kernel's own, for
+    the point being evaluated) instead of computing the matmuls."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.held: dict[ir.Value, Val] = {}
+
+    def value(self, v: ir.Value, idx) -> Val:
+        held = self.held.get(v)
+        if held is not None:
+            return held
+        return super().value(v, idx)
+
+
+def at(kb: KernelBuilder, att: Attention, exprs: Index, roles: dict[str, ir.AffineExpr],
+       batch: list[ir.AffineExpr]) -> Index:
+    """``exprs`` (over attention dims) at kernel indices: ``roles`` gives ``m``, ``n``
+    (value column), ``k`` (key) and ``head`` (head dim) as expressions over ``kb.dims``;
+    ``batch`` the batch loops of P·V in order. Missing roles are 0."""
+    zero = ir.AffineConstantExpr.get(0, kb.ctx)
+    subst = [zero] * att.n_dims
+    for pos, e in zip(att.pv.batch, batch):
+        subst[pos] = e
+    for role, pos in (("m", att.pv.m), ("n", att.pv.n), ("k", att.pv.k), ("head", att.head)):
+        if role in roles:
+            subst[pos] = roles[role]
+    return substitute(exprs, subst, len(kb.dims), kb.ctx)
+
+
+def to_f32(kb: KernelBuilder, x: ir.Value) -> ir.Value:
+    """``x`` widened to f32 (f16/bf16), or ``x`` itself."""
+    f32 = ir.F32Type.get(kb.ctx)
+    if x.type == f32:
+        return x
+    with kb.emitting():
+        return arith.extf(f32, x)
+
+
+def from_f32(kb: KernelBuilder, x: ir.Value, t: ir.Type) -> ir.Value:
+    """f32 ``x`` rounded to ``t`` (f16/bf16), or ``x`` itself."""
+    if x.type == t:
+        return x
+    with kb.emitting():
+        return arith.truncf(t, x)
+
+
+def elem_type(v: ir.Value) -> ir.Type:
+    return ir.ShapedType(v.type).element_type
+
+
+# ----- scalar (or vector) arithmetic of the online softmax, shared by both kernels -------
+
+
+def binary(kb: KernelBuilder, name: str, a: ir.Value, b: ir.Value, contract: bool = False) -> ir.Value:
+    """``name`` (an arith op) on ``a`` and ``b``; ``contract`` lets LLVM form FMAs."""
+    attrs = {}
+    if contract:
+        attrs["fastmath"] = ir.Attribute.parse("#arith.fastmath<contract>", kb.ctx)
+    return kb.create(name, [a.type], [a, b], attrs).results[0]
+
+
+def fma(kb: KernelBuilder, acc: ir.Value, a: ir.Value, b: ir.Value, contract: bool = True) -> ir.Value:
+    """``acc + a * b`` (contracted into one FMA unless ``contract`` is off: the CPU code
+    rounds the product, so the JIT and a bundle's generic x86-64 library agree bit for bit)."""
+    return binary(kb, "arith.addf", acc, binary(kb, "arith.mulf", a, b, contract), contract)
+
+
+def select(kb: KernelBuilder, cond: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+    with kb.emitting():
+        return arith.select(cond, a, b)
+
+
+def exp(kb: KernelBuilder, x: ir.Value) -> ir.Value:
+    return kb.create("math.exp", [x.type], [x]).results[0]
+
+
+def rescale(kb: KernelBuilder, m_old: ir.Value, m_tile: ir.Value, neg_inf: ir.Value,
+            zero: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """The online softmax's step for one row: ``(m_new, m_use, alpha)`` with ``m_new``
+    the running max after this tile, ``m_use`` the max the exponentials subtract (0 while
+    every score of the row is -inf, so nothing becomes NaN) and ``alpha = exp(m_old -
+    m_use)``, the factor the sum and the accumulators are rescaled by."""
+    m_new = binary(kb, "arith.maximumf", m_old, m_tile)
+    with kb.emitting():
+        dead = arith.cmpf(arith.CmpFPredicate.OEQ, m_new, neg_inf)
+    m_use = select(kb, dead, zero, m_new)
+    return m_new, m_use, exp(kb, binary(kb, "arith.subf", m_old, m_use))
+
+
+def reciprocal_or_zero(kb: KernelBuilder, l: ir.Value, zero: ir.Value) -> ir.Value:
+    """``1 / l``, or 0 when ``l`` is 0 (a row whose keys are all masked: O is 0, as in
+    PyTorch's SDPA)."""
+    with kb.emitting():
+        live = arith.cmpf(arith.CmpFPredicate.OGT, l, zero)
+    return select(kb, live, binary(kb, "arith.divf", kb.const(l.type, 1.0), l), zero)
