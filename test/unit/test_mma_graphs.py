@@ -23,6 +23,9 @@ from test_codegen_mma import TOL, emulated
 import numpy as np
 
 GRAPHS = ("g1_mlp", "g5_attention", "g6_encoder_layer", "g7_rmsnorm_swiglu")
+#: G5 is one attention kernel (opfuse-fuse-attention, codegen/attention.py: its products
+#: are SIMT FFMAs in f32 for now); the others' matmul kernels are the mma emitter's.
+MATMUL_GRAPHS = tuple(g for g in GRAPHS if g != "g5_attention")
 CHIPS = ("sm_80", "sm_90")
 
 
@@ -32,7 +35,10 @@ def test_emulated_graph_matches_numpy(name, dtype):
     g = graphs(small=True, dtype=dtype)[name]
     program, emu, got, want = emulated(g)
     matmuls = [k for k in program.kernels.values() if k.name.endswith("_output")]
-    assert matmuls and all(k.emitter == "mma" for k in matmuls)
+    if name in MATMUL_GRAPHS:
+        assert matmuls and all(k.emitter == "mma" for k in matmuls)
+    else:
+        assert [k.emitter for k in program.kernels.values()] == ["attention"]
     for x, w in zip(got, want):
         assert not np.isnan(x).any()
         np.testing.assert_allclose(x, w, rtol=0, atol=TOL[dtype] * max(1.0, np.abs(w).max()))
@@ -41,7 +47,7 @@ def test_emulated_graph_matches_numpy(name, dtype):
 
 @pytest.mark.skipif(ptxas_mod.find_ptxas() is None, reason="ptxas not installed")
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
-@pytest.mark.parametrize("name", GRAPHS)
+@pytest.mark.parametrize("name", MATMUL_GRAPHS)
 def test_full_size_matmul_kernels_use_tensor_cores_without_spills(name, dtype):
     g = graphs(dtype=dtype)[name]
     program = compile_module(compile_cpu(g)._source, targets=CHIPS, ptxas=False)
