@@ -24,8 +24,8 @@ from mlir import ir
 
 import opfuse
 from opfuse import pipeline as pl
-from opfuse.codegen import cpu as cpu_codegen
 from opfuse.codegen import emulate, ptxas
+from opfuse.codegen.cpu_attention import lower_attention_kernels
 from opfuse.codegen.gpu import compile_module
 from opfuse.frontends.graphs import graphs
 from opfuse.ir import parse_module
@@ -205,7 +205,7 @@ def test_cpu_attention_function_allocates_no_scores():
     c = Case(heads=2, queries=128, head_dim=32)
     _, exe = _compiled(c)
     module = parse_module(exe.ir("fused"))
-    assert cpu_codegen.lower_attention_kernels(module) == 1
+    assert lower_attention_kernels(module) == 1
     (fn,) = [op.operation for op in module.body.operations
              if "fusion_" in ir.StringAttr(op.operation.attributes["sym_name"]).value]
     sizes, names = [], set()
