@@ -120,7 +120,8 @@ def _views_around(planner: Planner, groups: list[Group]) -> list[Group]:
     """Groups of pure data movement next to the attention that the earlier passes left
     apart (the guard found a view's copy not worth a merge on its own): producers of Q, K
     or V (transposes, head splits, grouped-query broadcasts) read only by the attention,
-    and reshapes of its result. The kernel reads through them and writes O once."""
+    and reshapes of its result or pointwise ops reading only it (casts). The kernel reads
+    through them and writes O once."""
     graph = planner.graph
     members = {m for g in groups for m in g.members}
     extra: dict[int, Group] = {}
@@ -139,13 +140,20 @@ def _views_around(planner: Planner, groups: list[Group]) -> list[Group]:
                 changed = True
         for g in [planner.group(r) for m in members for v in graph.nodes[m].results
                   for r in graph.readers(v) if r not in members]:
-            if g.gid in extra or not all(graph.nodes[m].op.name in _RESHAPES for m in g.members):
+            if g.gid in extra or not all(_epilogue_op(graph.nodes[m]) for m in g.members):
                 continue
             if all(graph.producer.get(v) in members for v in g.reads):
                 extra[g.gid] = g
                 members |= set(g.members)
                 changed = True
     return list(extra.values())
+
+
+def _epilogue_op(node) -> bool:
+    """A reshape of the result, or a pointwise op on it: the output cast that the unit-dim
+    fold leaves behind a collapse_shape (``1x3x64`` P·V, collapsed, rounded to bf16), which
+    the epilogue pass could not reach through the reshape."""
+    return node.op.name in _RESHAPES or node.kind == OpKind.ELEMENTWISE
 
 
 def _downstream(graph: FuncGraph, start: int, within: set[int]) -> set[int]:

@@ -66,6 +66,7 @@ def _ci_subset() -> list[Case]:
     thread of the grid): corners first, then a seeded sample of small cases."""
     corners = [
         Case(queries=1, head_dim=32),
+        Case(queries=1, keys=77, head_dim=64, causal=True),  # one decode step
         Case(queries=3, head_dim=64, causal=True),
         Case(queries=127, keys=129, head_dim=32, mask="bool"),
         Case(queries=129, head_dim=32, causal=True, dtype="f16"),
@@ -87,7 +88,14 @@ SLOW_CASES = [c for c in _sweep() if c not in CI_CASES]
 def _compiled(c: Case):
     g = graph(c)
     exe = opfuse.compile(g, backend="cpu", pipeline=ALWAYS)
-    assert [k["kind"] for k in exe.report["kernels"]] == ["attention"], exe.report["kernels"]
+    kinds = [k["kind"] for k in exe.report["kernels"]]
+    if c.n == 1:
+        # One key: the unit-dim fold (first in the pipeline) turns the softmax's row max
+        # and sum over that key into pointwise ops, so no softmax is left to recognize
+        # (and none is needed: S has one element per row). Numerics are still checked.
+        assert "attention" not in kinds, exe.report["kernels"]
+    else:
+        assert kinds == ["attention"], exe.report["kernels"]
     return g, exe
 
 
@@ -98,7 +106,8 @@ def _check(c: Case, backend: str) -> None:
         out = exe(*device_args(c, args))
     else:
         program = compile_module(exe._source, lower=False)
-        assert [k.emitter for k in program.kernels.values()] == ["attention"]
+        if c.n > 1:
+            assert [k.emitter for k in program.kernels.values()] == ["attention"]
         (out,) = emulate.run_program(program, device_args(c, args))
     assert_matches(c, out, args)
 

@@ -217,8 +217,9 @@ def external_values(
             return  # defined inside the group or inside a region
         if is_free_op(op):
             if op not in free:
-                for operand in op.operands:
-                    visit_value(operand)
+                for inner in walk_nested(op):  # a generic fill's body captures its value
+                    for operand in inner.operands:
+                        visit_value(operand)
                 free[op] = None
             return
         args.setdefault(v)

@@ -49,7 +49,22 @@ def is_free_op(op: ir.Operation) -> bool:
     splat constant (a tensor constant that holds data is passed, not copied)."""
     if op.name == "arith.constant":
         return not holds_data(op.attributes["value"])
+    if op.name == "linalg.generic":
+        return _is_generic_fill(op)
     return op.name in _FREE_OPS
+
+
+def _is_generic_fill(op: ir.Operation) -> bool:
+    """A fill written as a generic: no inputs, a body that only yields a value from outside
+    it (the unit-dim fold turns ``iota`` over a size-1 dim into one: ``linalg.index`` of that
+    dim is the constant 0)."""
+    if len(op.operands) != len(op.results):
+        return False
+    body = [o.operation for o in op.regions[0].blocks[0].operations]
+    if len(body) != 1:
+        return False
+    return all(not isinstance(v.owner, ir.Block) or v.owner.owner.operation != op
+               for v in body[0].operands)
 
 
 def holds_data(attr: ir.Attribute) -> bool:

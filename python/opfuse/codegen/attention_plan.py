@@ -17,7 +17,7 @@ from mlir import ir
 from mlir.dialects import arith
 
 from ..analysis.attention import Attention, generic_twin, match, reductions_read
-from ..analysis.indexing import Index, compose, substitute
+from ..analysis.indexing import Index, compose, shape_of, substitute
 from .evaluate import Evaluator, Val
 from .group import Group, Output, require
 from .kernel import KernelBuilder
@@ -62,21 +62,38 @@ def plan(group: Group) -> Plan:
         dims = [ir.AffineDimExpr.get(i) for i in range(att.n_dims)]
     o_idx = compose(att.pv.maps[2], dims[:-1], att.n_dims, ctx)
     o = att.pv.op.results[0]
+    o_shape = shape_of(o.type)
     outputs = []
     for out in group.outputs:
-        require(len(out.shape) == len(o_idx), f"an output of shape {out.shape} in attention")
+        out_idx = _unit_reshaped(o_idx, o_shape, tuple(out.shape), ctx)
+        require(out_idx is not None, f"an output of shape {out.shape} in attention")
         # read at P·V's own index, the output must read P·V there and nothing else
-        reads = reductions_read(out.value, o_idx, generic_twin, att.n_dims)
+        reads = reductions_read(out.value, out_idx, generic_twin, att.n_dims)
         require(
-            bool(reads) and all(v == o and _same(i, o_idx) for v, i in reads),
+            bool(reads) and all(v == o and _same(i, o_idx, o_shape) for v, i in reads),
             "an attention output that is not P·V's result read pointwise",
         )
-        outputs.append((out, o_idx))
+        outputs.append((out, out_idx))
     return Plan(group, att, outputs)
 
 
-def _same(a: Index, b: Index) -> bool:
-    return [str(e) for e in a] == [str(e) for e in b]
+def _unit_reshaped(idx: Index, shape: tuple, out_shape: tuple, ctx) -> Index | None:
+    """``idx`` (into ``shape``) for a tensor of ``out_shape`` that holds the same elements
+    with size-1 dims added or dropped (the unit-dim fold's collapse/expand around P·V);
+    None for any other shape."""
+    if out_shape == shape:
+        return idx
+    kept = [e for e, d in zip(idx, shape) if d != 1]
+    if [d for d in shape if d != 1] != [d for d in out_shape if d != 1]:
+        return None
+    zero = ir.AffineConstantExpr.get(0, ctx)
+    it = iter(kept)
+    return tuple(zero if d == 1 else next(it) for d in out_shape)
+
+
+def _same(a: Index, b: Index, shape: tuple) -> bool:
+    """The same element of a tensor of ``shape`` (any index of a size-1 dim is 0)."""
+    return all(d == 1 or str(x) == str(y) for x, y, d in zip(a, b, shape)) and len(a) == len(b)
 
 
 class AttentionEvaluator(Evaluator):
