@@ -1,14 +1,17 @@
-"""Per matmul kernel: an analytic H200 time estimate next to the roofline (no GPU needed).
+"""Per matmul and attention kernel: an analytic H200 time estimate next to the roofline
+(no GPU needed).
 
-For the matmul graphs (G1, G5, G6, G7) at full size, in f32 and bf16, every matmul kernel
-opfuse generates is described by what the compiler knows of it (launch shape, tile,
-``ptxas -v`` registers and shared memory for sm_90 when ptxas is installed, the fusion
-report's FLOPs and bytes) and estimated with :func:`opfuse.codegen.estimate.matmul_kernel`:
+For the matmul graphs (G1, G5, G6, G7) at full size, in f32 and bf16, every matmul and
+attention kernel opfuse generates is described by what the compiler knows of it (launch
+shape, tile, ``ptxas -v`` registers and shared memory for sm_90 when ptxas is installed,
+the fusion report's FLOPs and bytes) and estimated with
+:func:`opfuse.codegen.estimate.matmul_kernel` or :func:`~opfuse.codegen.estimate.attention_kernel`:
 blocks per SM, occupancy, waves, compute and memory time, and the roofline of the problem
 (FLOPs at the dense tensor peak for bf16, at the FFMA peak for f32; bytes at HBM
 bandwidth). Both variants of each kernel are estimated: the default (bf16: tensor cores;
-f32: SIMT) and the other one (bf16: ``matmul=simt``; f32: TF32 tensor cores), so the gap
-between them, and to the roofline, shows without a GPU. Every figure is an **estimate**
+f32: SIMT) and the other one (bf16: ``matmul=simt``; f32: TF32 tensor cores, for matmuls
+only: attention has no TF32 kernel), so the gap between them, and to the roofline, shows
+without a GPU. Every figure is an **estimate**
 (the model is in codegen/estimate.py); tools/gpu-check measures the same kernels on a GPU.
 """
 
@@ -35,7 +38,8 @@ METHOD = (
     "tensor-core kernels, FFMA otherwise) for the FLOPs the kernel executes (tiles padded), "
     "against HBM bytes and L2 tile traffic; occupancy from ptxas registers and shared memory "
     "(codegen/estimate.py); roofline: max(FLOPs / dense peak of the operand type, bytes / "
-    "HBM bandwidth)"
+    "HBM bandwidth); attention kernels add their exponentials at the SFU rate and skip the "
+    "key tiles a causal mask removes"
 )
 
 
@@ -51,16 +55,22 @@ def run(names=GRAPHS, dtypes=DTYPES, scale: int = 1, log=print) -> dict[str, Any
         for name in names:
             exe = opfuse_compile(gs[name], backend="cpu")
             report = {k["name"]: k for k in exe.report.get("kernels", [])}
+            default_emitters: dict[str, str] = {}
             for variant, options in VARIANTS[dtype]:
                 program = compile_module(
                     exe._source, targets=(CHIP,), ptxas=have_ptxas, **options
                 )
                 for k in program.kernels.values():
-                    if k.emitter not in ("mma", "matmul"):
+                    estimated = estimate.for_emitter(k.emitter)
+                    if estimated is None:
                         continue
+                    if variant == VARIANTS[dtype][0][0]:
+                        default_emitters[k.name] = k.emitter
+                    elif default_emitters.get(k.name) == k.emitter:
+                        continue  # the other variant built the same kernel (f32 attention)
                     res = k.resources.get(CHIP, {})
                     r = report.get(k.name, {})
-                    est = estimate.matmul_kernel(
+                    est = estimated(
                         dev,
                         grid=k.grid,
                         block=k.block,
@@ -104,7 +114,8 @@ _KEEP = ("estimate_s", "roofline_s", "compute_s", "memory_s", "bound", "blocks",
 
 
 def _totals(rows: list[dict]) -> list[dict]:
-    """Per graph, dtype and variant: the matmul kernels' estimates and rooflines summed."""
+    """Per graph, dtype and variant: the matmul and attention kernels' estimates and
+    rooflines summed."""
     out: dict[tuple, dict] = {}
     for r in rows:
         key = (r["graph"], r["dtype"], r["variant"])
@@ -118,9 +129,9 @@ def _totals(rows: list[dict]) -> list[dict]:
 
 
 def markdown(section: dict[str, Any]) -> list[str]:
-    """The README/bench.md table: one row per matmul kernel (estimates in µs)."""
+    """The README/bench.md table: one row per matmul or attention kernel (estimates in µs)."""
     lines = [
-        f"Matmul kernels on an {section['device']}: **estimates** from the generated kernels "
+        f"Matmul and attention kernels on an {section['device']}: **estimates** from the generated kernels "
         f"(registers from {section['registers_from']}), not measurements; "
         "roofline = max(FLOPs / peak of the operand type, bytes / HBM bandwidth).",
         "",
@@ -136,7 +147,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
             f"| {r.get('occupancy', 0):.2f} | {r['flops'] / 1e9:.2f} | {r['bytes'] / 1e6:.1f} "
             f"| {r['estimate_s'] * 1e6:.1f} | {r['roofline_s'] * 1e6:.1f} | {r.get('bound', '-')} |"
         )
-    lines += ["", "| graph | dtype | variant | matmul kernels | estimate µs | roofline µs |",
+    lines += ["", "| graph | dtype | variant | kernels | estimate µs | roofline µs |",
               "|---|---|---|---|---|---|"]
     for t in section["graphs"]:
         lines.append(
@@ -151,7 +162,7 @@ def readme_table(section: dict[str, Any]) -> list[str]:
     beside it (bf16: SIMT; f32: TF32), and the roofline."""
     other = {(r["graph"], r["dtype"], r["kernel"]): r for r in section["kernels"] if not r["default"]}
     lines = [
-        "| graph | dtype | kernel | tile (bm×bn×bk) | grid | blocks/SM | occupancy | GFLOP | MB "
+        "| graph | dtype | kernel | tile | grid | blocks/SM | occupancy | GFLOP | MB "
         "| estimate µs | other variant µs | roofline µs |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -71,8 +71,8 @@ def _gpu(doc: dict[str, Any]) -> list[str]:
     if section is None:
         return []
     if _na(section):
-        return ["## GPU matmul kernels (estimates)", "", f"n/a: {section['not_available']}", ""]
-    return ["## GPU matmul kernels (estimates)", ""] + gpu_estimate.markdown(section) + [""]
+        return ["## GPU matmul and attention kernels (estimates)", "", f"n/a: {section['not_available']}", ""]
+    return ["## GPU matmul and attention kernels (estimates)", ""] + gpu_estimate.markdown(section) + [""]
 
 
 def _header(doc: dict[str, Any]) -> list[str]:

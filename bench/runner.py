@@ -89,7 +89,7 @@ def run(cases: Sequence[Case], peers: dict[str, Peer], missing: dict[str, str],
                                    "reason": f"opfuse failed: {e}"[:2000]})
     log("compile-time scaling:")
     doc["scaling"] = scaling.run(settings.scaling_sizes, *settings.scaling_repeat, log=log)
-    log("GPU matmul kernels (H200 estimates):")
+    log("GPU matmul and attention kernels (H200 estimates):")
     doc["gpu_estimate"] = _gpu_estimate(settings, log)
     doc["summary"] = _summary(doc)
     doc["total_run_s"] = time.perf_counter() - t0
@@ -240,13 +240,14 @@ def _log_case(e: dict[str, Any], log) -> None:
 
 
 def _gpu_estimate(settings: Settings, log) -> dict[str, Any]:
-    """Per matmul kernel, the analytic H200 estimate and the roofline (bench/gpu_estimate.py):
-    G1, G5, G6, G7 at full size in bf16 and f32; --quick: G1 in bf16 at 1/8 size."""
+    """Per matmul and attention kernel, the analytic H200 estimate and the roofline
+    (bench/gpu_estimate.py): G1, G5, G6, G7 at full size in bf16 and f32; --quick: G1 and
+    G5 in bf16 at 1/8 size."""
     from . import gpu_estimate
 
     try:
         if settings.quick:
-            return gpu_estimate.run(("g1_mlp",), ("bf16",), scale=8, log=log)
+            return gpu_estimate.run(("g1_mlp", "g5_attention"), ("bf16",), scale=8, log=log)
         return gpu_estimate.run(log=log)
     except OpfuseError as e:
         return not_available(f"opfuse failed: {e}"[:2000])

@@ -231,8 +231,8 @@ def _run_checked(program, args):
 
 def per_kernel(bundle, bound, flush, peaks: dict, dtype: str) -> list[dict]:
     """Each kernel of ``bound``: hot and cold time and what they mean against the report's
-    bytes and FLOPs and the device's measured peaks; matmul kernels also their H200
-    estimate (codegen/estimate.py)."""
+    bytes and FLOPs and the device's measured peaks; matmul and attention kernels also
+    their H200 estimate (codegen/estimate.py)."""
     from opfuse.codegen import estimate
     from opfuse.runtime import cuda_timing
 
@@ -259,9 +259,10 @@ def per_kernel(bundle, bound, flush, peaks: dict, dtype: str) -> list[dict]:
             row["TFLOPs"] = round(r["flops"] / t / 1e12, 3)
             if flops_peak:
                 row["fraction_of_peak_flops"] = round(r["flops"] / t / flops_peak, 3)
-        if spec.emitter in ("mma", "matmul"):
+        estimated = estimate.for_emitter(spec.emitter)
+        if estimated is not None:
             res = spec.resources.get("sm_90", {})
-            est = estimate.matmul_kernel(
+            est = estimated(
                 estimate.H200, grid=spec.grid, block=spec.block, meta=spec.meta,
                 flops=r.get("flops", 0), bytes_=r.get("bytes", 0),
                 registers=res.get("registers"), smem=res.get("smem"))

@@ -115,8 +115,8 @@ def test_xla_kernel_count() -> None:
 
 
 def test_quick_run_estimates_the_matmul_kernels(quick_run: Path) -> None:
-    """Per matmul kernel, the H200 estimate next to the roofline, both variants, labelled
-    as an estimate in the JSON and the table."""
+    """Per matmul and attention kernel, the H200 estimate next to the roofline, both
+    variants, labelled as an estimate in the JSON and the table."""
     doc = json.loads((quick_run / "bench.json").read_text())
     section = doc["gpu_estimate"]
     assert section["method"].startswith("estimate, not a measurement")
@@ -125,6 +125,7 @@ def test_quick_run_estimates_the_matmul_kernels(quick_run: Path) -> None:
     for r in rows:
         assert r["estimate_s"] >= r["roofline_s"] > 0 and 0 < r["occupancy"] <= 1
         assert r["blocks_per_sm"] >= 1 and r["flops"] > 0 and r["bytes"] > 0
-    assert all(r["emitter"] == "mma" for r in rows if r["variant"] == "mma")
+    assert {(r["variant"], r["emitter"]) for r in rows} == {
+        ("mma", "mma"), ("mma", "attention_mma"), ("simt", "matmul"), ("simt", "attention")}
     table = (quick_run / "bench.md").read_text()
-    assert "## GPU matmul kernels (estimates)" in table and "**estimates**" in table
+    assert "## GPU matmul and attention kernels (estimates)" in table and "**estimates**" in table

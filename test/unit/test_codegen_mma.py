@@ -34,11 +34,10 @@ from test_codegen_common import compile_cpu, inputs_of
 TOL = {"f16": 1e-2, "bf16": 3e-2, "f32": 5e-3}
 
 
-def emulated(g: Graph, inputs=None, **options):
-    """(program, emulator, outputs as float64, reference as float64) of ``g``'s kernels,
-    on ``inputs`` (default: the graph's example inputs)."""
-    args = inputs_of(g) if inputs is None else inputs
-    program = compile_module(compile_cpu(g)._source, lower=False, **options)
+def run_emulated(program, device_args):
+    """(emulator, outputs) of ``program`` on ``device_args``: every kernel emulated (race
+    check on, bank-conflict counters), result buffers filled with NaN (bf16: 0xFFFF)
+    first so that an element no kernel wrote shows."""
     emu = emulate.Emulator(parse_module(program.outlined_ir, make_context()), bank_stats=True)
 
     def call(func, fargs, results):
@@ -47,8 +46,16 @@ def emulated(g: Graph, inputs=None, **options):
         spec = program.kernels[func]
         emu.run_entry(spec.entry, spec.grid, spec.block, bind_params(spec, fargs, results))
 
+    return emu, run_numpy(program.schedule, plan_buffers(program.schedule), device_args, call)
+
+
+def emulated(g: Graph, inputs=None, **options):
+    """(program, emulator, outputs as float64, reference as float64) of ``g``'s kernels,
+    on ``inputs`` (default: the graph's example inputs)."""
+    args = inputs_of(g) if inputs is None else inputs
+    program = compile_module(compile_cpu(g)._source, lower=False, **options)
     device_args = [float32_to_bf16_bits(a) if g.dtype == "bf16" else a for a in args]
-    got = run_numpy(program.schedule, plan_buffers(program.schedule), device_args, call)
+    emu, got = run_emulated(program, device_args)
     got = [
         (x.astype(np.uint32) << 16).view(np.float32) if x.dtype == np.uint16 else x for x in got
     ]

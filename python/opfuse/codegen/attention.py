@@ -35,7 +35,7 @@ import contextlib
 import math
 
 from mlir import ir
-from mlir.dialects import arith, gpu, memref, vector
+from mlir.dialects import gpu, memref, vector
 
 from .. import cost
 from .attention_plan import (
@@ -43,10 +43,13 @@ from .attention_plan import (
     Plan,
     at,
     binary,
+    clamped,
     elem_type,
     exp,
     fma,
     from_f32,
+    kernel_meta,
+    key_bound,
     plan,
     reciprocal_or_zero,
     rescale,
@@ -105,6 +108,7 @@ def emit_attention(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     ev = AttentionEvaluator(kb, group.func, group.leaves(kb.params))
     k = _Kernel(kb, ev, p, bm, bn, tr, tc, td, d_pad, dv_pad, f32)
     k.emit()
+    kb.meta = kernel_meta(att, (bm, bn), (d_pad, dv_pad), None)  # for the estimate
     return kb
 
 
@@ -134,14 +138,7 @@ class _Kernel:
 
     # ----- helpers ----------------------------------------------------------------------
     def _clamped(self, e: ir.AffineExpr, size: int, tile: int):
-        """``e`` clamped to ``size - 1`` (a dim) and whether it was in range (None when
-        every tile is full)."""
-        kb = self.kb
-        v = kb.apply(e)
-        if size % tile == 0:
-            return kb.add_dim(v), None
-        ok = kb.cmp_lt(v, kb.index(size))
-        return kb.add_dim(kb.min_index(v, kb.index(size - 1))), ok
+        return clamped(self.kb, e, size, tile)
 
     def _vec(self, lanes: int) -> ir.VectorType:
         return ir.VectorType.get([lanes], self.f32, loc=ir.Location.unknown(self.kb.ctx))
@@ -237,20 +234,7 @@ class _Kernel:
         self._stage(bm, d_pad, lambda r, c: c * bm + r, fetch)
 
     def _key_bound(self) -> ir.Value:
-        """The end of the key loop: N, or with a causal mask (keys ``n > m + c`` masked)
-        one past the last key a row of the block attends to, ``max(0, m0 + BM + c)``,
-        at most N."""
-        kb = self.kb
-        c = self.att.causal
-        if c is None:
-            return kb.index(self.N)
-        if self.bm + c >= 0:
-            end = kb.apply(self.m0 + (self.bm + c))
-        else:  # a mask far below the diagonal: max(m0 + BM, -c) + c, never negative
-            with kb.emitting():
-                end = arith.subi(arith.maxsi(kb.apply(self.m0 + self.bm), kb.index(-c)),
-                                 kb.index(-c))
-        return kb.min_index(end, kb.index(self.N))
+        return key_bound(self.kb, self.att.causal, self.m0, self.bm, self.N)
 
     def _tile_body(self, iv, state):
         kb, att, tr, tc = self.kb, self.att, self.tr, self.tc

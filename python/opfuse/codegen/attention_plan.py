@@ -96,6 +96,52 @@ def _same(a: Index, b: Index, shape: tuple) -> bool:
     return all(d == 1 or str(x) == str(y) for x, y, d in zip(a, b, shape)) and len(a) == len(b)
 
 
+def clamped(kb: KernelBuilder, e: ir.AffineExpr, size: int, tile: int):
+    """``e`` clamped to ``size - 1`` (a dim) and whether it was in range (None when every
+    tile of ``tile`` is full)."""
+    v = kb.apply(e)
+    if size % tile == 0:
+        return kb.add_dim(v), None
+    ok = kb.cmp_lt(v, kb.index(size))
+    return kb.add_dim(kb.min_index(v, kb.index(size - 1))), ok
+
+
+def key_bound(kb: KernelBuilder, causal: int | None, m0: ir.AffineExpr, bm: int,
+              keys: int) -> ir.Value:
+    """The end of a block's key loop: ``keys``, or with a causal mask (keys ``n > m + c``
+    masked) one past the last key a row of the block (rows ``m0 .. m0 + bm - 1``) attends
+    to, ``max(0, m0 + bm + c)``, at most ``keys``."""
+    c = causal
+    if c is None:
+        return kb.index(keys)
+    if bm + c >= 0:
+        end = kb.apply(m0 + (bm + c))
+    else:  # a mask far below the diagonal: max(m0 + bm, -c) + c, never negative
+        with kb.emitting():
+            end = arith.subi(arith.maxsi(kb.apply(m0 + bm), kb.index(-c)), kb.index(-c))
+    return kb.min_index(end, kb.index(keys))
+
+
+def kernel_meta(att: Attention, tile: tuple[int, int], padded: tuple[int, int],
+                mma_kind: str | None) -> dict:
+    """What an attention kernel records for the estimate (``KernelSpec.meta``; see
+    :func:`opfuse.codegen.estimate.attention_kernel`): its tile ``[block_m, block_n]``,
+    the problem ``[batch x heads, M, N, D, Dv]``, the head dims as padded in shared
+    memory, the causal offset, the operand type and the MMA kind (None: FFMA)."""
+    batch = 1
+    for d in att.batch:
+        batch *= d
+    return {
+        "attention": True,
+        "mma": mma_kind,
+        "tile": list(tile),
+        "problem": [batch, att.queries, att.keys, att.head_dim, att.value_dim],
+        "padded": list(padded),
+        "causal": att.causal,
+        "operands": str(elem_type(att.q)),
+    }
+
+
 class AttentionEvaluator(Evaluator):
     """An evaluator that returns :attr:`held` values for S and O (the kernel's own, for
     the point being evaluated) instead of computing the matmuls."""

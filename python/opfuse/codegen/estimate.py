@@ -18,8 +18,11 @@ Beyond that warp count it does not model latency (launch, pipeline fill, the epi
 bank conflicts or clock throttling: it shows the gap to the roofline that tiling and
 occupancy explain, and ``tools/gpu-check`` measures the rest on a device.
 
+Attention kernels (:func:`attention_kernel`) add their exponentials at the SFU rate to the
+compute time and count the key tiles a causal mask lets them skip.
+
 The matmul emitter uses the same model to choose block tiles (:mod:`.matmul_tiles`), and
-the benchmark suite reports it per matmul kernel next to the roofline
+the benchmark suite reports it per matmul and attention kernel next to the roofline
 (``max(FLOPs / peak, bytes / bandwidth)`` with the device's best peak for the operand type).
 """
 
@@ -45,6 +48,7 @@ class Device:
         tensor_flops: dense tensor-core peak per operand kind (the roofline's).
         mma_sync_flops: what ``mma.sync`` reaches per kind (on Hopper the warpgroup
             instruction ``wgmma`` is needed for the full tensor peak).
+        sfu_per_s: special-function results per second (``ex2``: 16 per clock per SM).
     """
 
     name: str
@@ -54,6 +58,7 @@ class Device:
     ffma_flops: float
     tensor_flops: dict = field(default_factory=dict)
     mma_sync_flops: dict = field(default_factory=dict)
+    sfu_per_s: float = 0.0
     #: resident warps per SM that keep the mma.sync / FFMA pipes busy (an assumption)
     busy_warps_mma: int = 8
     busy_warps_ffma: int = 16
@@ -81,6 +86,7 @@ H200 = Device(
     ffma_flops=66.9e12,
     tensor_flops={"f16": 989.4e12, "bf16": 989.4e12, "tf32": 494.7e12},
     mma_sync_flops={"f16": 0.62 * 989.4e12, "bf16": 0.62 * 989.4e12, "tf32": 0.62 * 494.7e12},
+    sfu_per_s=132 * 16 * 1.98e9,
 )
 A100 = Device(
     "A100 80GB SXM",
@@ -90,6 +96,7 @@ A100 = Device(
     ffma_flops=19.5e12,
     tensor_flops={"f16": 312e12, "bf16": 312e12, "tf32": 156e12},
     mma_sync_flops={"f16": 312e12, "bf16": 312e12, "tf32": 156e12},
+    sfu_per_s=108 * 16 * 1.41e9,
     smem_per_sm=164 * 1024,
 )
 DEVICES = {"sm_90": H200, "sm_80": A100}
@@ -122,6 +129,7 @@ def kernel_estimate(
     bytes_: float,
     kind: str | None,
     l2_bytes: float = 0.0,
+    sfu_ops: float = 0.0,
 ) -> dict:
     """The estimate of one kernel (module docstring) as a JSON-ready dict.
 
@@ -130,6 +138,8 @@ def kernel_estimate(
         bytes_: device-memory bytes read and written.
         l2_bytes: bytes the blocks read through L2 (0: not known).
         kind: ``f16``, ``bf16``, ``tf32`` for tensor-core kernels, None for FFMA.
+        sfu_ops: special-function results (an attention's exponentials), whose time on
+            the busiest SM is added to the compute time.
     """
     blocks = math.prod(grid)
     bps = blocks_per_sm(dev, threads, registers, smem)
@@ -141,6 +151,8 @@ def kernel_estimate(
     warps = min(bps, per_sm) * -(-threads // 32)  # resident on the busiest SM
     busy = min(1.0, warps / (dev.busy_warps_mma if kind else dev.busy_warps_ffma))
     t_compute = per_sm * (flops / blocks) / (peak / dev.sms * busy)
+    if sfu_ops:
+        t_compute += per_sm * (sfu_ops / blocks) / (dev.sfu_per_s / dev.sms * busy)
     t_memory = max(bytes_ / dev.dram_bps, l2_bytes / dev.l2_bps)
     t = max(t_compute, t_memory)
     return {
@@ -183,9 +195,7 @@ def matmul_kernel(
 
     ``registers`` and ``smem`` come from ptxas; without ptxas 128 registers are assumed
     (said in ``registers_from``) and shared memory from the tile."""
-    kind = meta.get("mma")
     operands = meta.get("operands", "f32")
-    threads = math.prod(block)
     executed, l2 = float(flops), 0.0
     if meta.get("tile") and meta.get("problem"):
         bm, bn, bk = meta["tile"]
@@ -193,18 +203,29 @@ def matmul_kernel(
         executed = 2.0 * batch * (-(-M // bm) * bm) * (-(-N // bn) * bn) * (-(-K // bk) * bk)
         elem = 4 if operands == "f32" else 2
         l2 = float(elem * batch * (M * K * -(-N // bn) + K * N * -(-M // bm)))
-    if smem is None:
-        smem = 0
+    return _estimated(dev, grid, block, meta, flops, bytes_, registers, smem,
+                      executed=executed, l2=l2)
+
+
+def _estimated(dev: Device, grid, block, meta: dict, flops: float, bytes_: float,
+               registers: int | None, smem: int | None, *, executed: float, l2: float,
+               sfu: float = 0.0) -> dict:
+    """:func:`kernel_estimate` of the FLOPs a kernel executes, with the report's figures
+    and the roofline of its problem (the dense tensor peak for f16/bf16 operands, and TF32
+    when the kernel uses it; FFMA for f32) beside it."""
+    kind = meta.get("mma")
+    operands = meta.get("operands", "f32")
     est = kernel_estimate(
         dev,
         grid=tuple(grid),
-        threads=threads,
+        threads=math.prod(block),
         registers=registers or 128,
-        smem=smem,
+        smem=smem or 0,
         flops=executed,
         bytes_=bytes_,
         kind=kind,
         l2_bytes=l2,
+        sfu_ops=sfu,
     )
     best = kind or (operands if operands in ("f16", "bf16") else None)
     est.update(
@@ -220,13 +241,65 @@ def matmul_kernel(
     return est
 
 
+def attention_kernel(
+    dev: Device,
+    *,
+    grid: Sequence[int],
+    block: Sequence[int],
+    meta: dict,
+    flops: float,
+    bytes_: float,
+    registers: int | None,
+    smem: int | None,
+) -> dict:
+    """The estimate of one attention kernel (FlashAttention-2: codegen/attention_mma.py on
+    tensor cores, codegen/attention.py on FFMA) from its KernelSpec facts (``meta``: the
+    tile ``[block_m, block_n]``, the problem ``[batch x heads, M, N, D, Dv]``, the head
+    dims as padded in shared memory, the causal offset, the MMA kind or none) and the
+    report's FLOPs and bytes, next to the roofline.
+
+    What it executes is counted per query block: its key tiles (all of them, or up to the
+    causal diagonal), each ``2 block_m block_n (D + Dv)`` FLOPs at the padded head dims
+    and ``block_m block_n`` exponentials (the SFU: 16 per clock per SM, added to the
+    product time: FlashAttention-2 does not overlap them); every block reads its K and V
+    tiles through L2."""
+    G, M, N, D, Dv = meta["problem"]
+    bm, bn = meta["tile"]
+    dp, dvp = meta.get("padded", (D, Dv))
+    c = meta.get("causal")
+    elem = 4 if meta.get("operands", "f32") == "f32" else 2
+    key_slots = 0
+    for b in range(-(-M // bm)):
+        end = N if c is None else min(N, max(0, b * bm + bm + c))
+        key_slots += -(-end // bn) * bn
+    exps = float(G * bm * key_slots)
+    est = _estimated(dev, grid, block, meta, flops, bytes_, registers, smem,
+                     executed=2.0 * G * bm * key_slots * (dp + dvp),
+                     l2=float(G * key_slots * (D + Dv) * elem), sfu=exps)
+    est["exponentials"] = exps
+    return est
+
+
+def for_emitter(emitter: str):
+    """The estimate function of an emitter's kernels (:func:`matmul_kernel`,
+    :func:`attention_kernel`); None for kernels not estimated."""
+    return {
+        "mma": matmul_kernel,
+        "matmul": matmul_kernel,
+        "attention_mma": attention_kernel,
+        "attention": attention_kernel,
+    }.get(emitter)
+
+
 __all__ = [
     "A100",
     "DEVICES",
     "Device",
     "H200",
+    "attention_kernel",
     "blocks_per_sm",
     "device",
+    "for_emitter",
     "kernel_estimate",
     "matmul_kernel",
     "roofline",

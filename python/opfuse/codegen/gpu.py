@@ -16,7 +16,7 @@ kind      emitters, in order
 loop      loop (16-byte vectors per thread), fallback
 input     rows (team per row, shuffles), fallback
 output    mma (tensor cores, cp.async pipeline), matmul (SIMT tile), fallback
-attention attention (FlashAttention-2: online softmax, S and P on chip), fallback
+attention attention_mma (f16/bf16 tensor cores), attention (SIMT), fallback
 opaque    fallback (grid-stride loop)
 ========  ==================================================================
 """
@@ -34,6 +34,7 @@ from ..runtime.schedule import HostSchedule, KernelSpec
 from . import host, nvptx
 from . import ptxas as ptxas_mod
 from .attention import emit_attention
+from .attention_mma import emit_attention_mma
 from .group import Group, NotChosen, is_view_only, prepare
 from .kernel import KernelBuilder, Unsupported
 from .loop import emit_fallback, emit_loop
@@ -48,6 +49,7 @@ EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
     "rows": emit_rows,
     "mma": emit_mma,
     "matmul": emit_matmul,
+    "attention_mma": emit_attention_mma,
     "attention": emit_attention,
     "fallback": emit_fallback,
 }
@@ -55,7 +57,7 @@ ORDER = {
     "loop": ("loop", "fallback"),
     "input": ("rows", "fallback"),
     "output": ("mma", "matmul", "fallback"),
-    "attention": ("attention", "fallback"),
+    "attention": ("attention_mma", "attention", "fallback"),
     "opaque": ("fallback",),
 }
 PTXAS_OPTIONS = ("-O3",)
@@ -180,6 +182,9 @@ def compile_module(
     _tidy(kmod)
     kernels_ir = str(kmod)
     infos = {i.kernel: i for i in nvptx.outline(kmod)}
+    for name, (_, kb) in built.items():
+        if kb.max_registers and name in infos:
+            nvptx.limit_registers(kmod, infos[name], kb.max_registers)
     outlined_ir = str(kmod)
     texts = nvptx.gpu_modules(kmod)
     cache = cache if cache is not None else KernelCache()

@@ -163,6 +163,9 @@ func.func @{name}({args}) {{
         self.vector_lanes = 1
         #: What the emitter chose (tile, stages, ...: KernelSpec.meta).
         self.meta: dict = {}
+        #: Registers per thread ptxas may use (``.maxnreg``); None: its own choice, which
+        #: for a ``.maxntid`` block size may aim at an occupancy and spill to reach it.
+        self.max_registers: int | None = None
 
     # ----- insertion and scopes -------------------------------------------------------
     @property

@@ -166,6 +166,20 @@ def outline(module: ir.Module) -> list[LaunchInfo]:
     return infos
 
 
+def limit_registers(module: ir.Module, info: LaunchInfo, registers: int) -> None:
+    """``nvvm.maxnreg`` on the outlined kernel of ``info`` (PTX ``.maxnreg``): ptxas may
+    use up to ``registers`` per thread instead of spilling to meet its own occupancy aim."""
+    ctx = module.context
+    for top in module.body.operations:
+        top = top.operation
+        if top.name != "gpu.module" or ir.StringAttr(top.attributes["sym_name"]).value != info.module:
+            continue
+        for op in top.regions[0].blocks[0].operations:
+            op = op.operation
+            if op.name == "gpu.func" and ir.StringAttr(op.attributes["sym_name"]).value == info.entry:
+                op.attributes["nvvm.maxnreg"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32, ctx), registers)
+
+
 def _mark_noalias(module: ir.Module) -> None:
     """``llvm.noalias`` on every kernel argument: the buffers of one launch never overlap
     (results get memory no live argument has; an input passed twice is only read), and
