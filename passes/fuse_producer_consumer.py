@@ -7,7 +7,10 @@ consumes their result can read their input directly. Four steps, in this order:
    the model says recomputation beats the round trip: re-reading the producer's inputs
    once per consumer moves fewer bytes than writing its result and reading it back in
    every consumer (``Q_dup < Q_keep``).
-2. A producer with a single consumer group is merged into it (guarded).
+2. A producer with a single consumer group is merged into it (guarded); reshapes of
+   arguments or constants always (a view is free in the consumer, and as a kernel of its
+   own a copy: the guard alone would keep a convolution's reshaped filter apart, a few
+   percent of the kernel's bytes).
 3. An injective op other than a concat is merged into the group that computes its input
    when it is that group's only reader (a reshape of a kernel's result is done in the
    kernel; a concat would add its other inputs to, say, a matmul kernel's reads).
@@ -169,7 +172,10 @@ def _merge(planner: Planner) -> None:
             c = consumers[0]
             if (p.gid, c.gid) not in considered:
                 considered.add((p.gid, c.gid))
-                planner.try_merge(p, c, why="merge into consumer")
+                if _views_memory(planner, p) and not planner.evaluate(p, c).fuse:
+                    planner.merge_view(p, c, why="merge into consumer")
+                else:
+                    planner.try_merge(p, c, why="merge into consumer")
             continue
         if consumers or node.kind != OpKind.INJECTIVE or node.op.name == "tensor.concat":
             continue
@@ -181,6 +187,17 @@ def _merge(planner: Planner) -> None:
                 considered.add((q.gid, p.gid))
                 planner.try_merge(q, p, why="merge into producer")
     _merge_into_injective_readers(planner)
+
+
+def _views_memory(planner: Planner, p: Group) -> bool:
+    """``p`` only reshapes (expand/collapse) function arguments or data constants."""
+    graph = planner.graph
+    return all(
+        graph.nodes[m].op.name in _UNIT_RESHAPES
+        and all(graph.producer.get(v) is None or graph.producer[v] in p.members
+                for v in graph.nodes[m].reads)
+        for m in p.members
+    )
 
 
 def _merge_into_injective_readers(planner: Planner) -> None:

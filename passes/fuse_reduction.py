@@ -44,8 +44,9 @@ def _has_reduction(g: Group) -> bool:
 
 def _compatible(p: Group, c: Group, options: Options) -> str | None:
     """None when p may join c; otherwise why not."""
-    if c.kind in ("output", "opaque") or p.kind in ("output", "opaque"):
-        return f"a {p.kind if p.kind in ('output', 'opaque') else c.kind} group is not fused here"
+    roots = ("output", "conv", "opaque")
+    if c.kind in roots or p.kind in roots:
+        return f"a {p.kind if p.kind in roots else c.kind} group is not fused here"
     if _has_reduction(c) and not _has_reduction(p):
         if p.domain == c.domain:
             return None

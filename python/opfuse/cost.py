@@ -205,6 +205,11 @@ REGS_PER_POINTER = 2  # 64-bit addresses
 MATMUL_BASE_REGS = 41  # 4x4 accumulators, A/B fragments, staging values, slab addresses
 MATMUL_FREE_LIVE = 5  # epilogue values that fit in registers the tile already uses
 ROW_BASE_REGS = 24  # row index, lane/warp ids, loop bounds, the shuffle partners
+# Convolution kernels (codegen/conv.py), measured the same way on 1x1 to 7x7 windows,
+# strides 1-2, f32/f16/bf16, with and without padding: 32-80 (the unrolled window's loads
+# are scheduled early); the fit (48 + pointers) is within +-25 of every one.
+CONV_BASE_REGS = 48  # 4x4 accumulators, input vectors and filter values of the window
+CONV_FREE_LIVE = 5  # epilogue values that fit in registers the tile already uses
 LOOP_BASE_REGS = 4
 
 
@@ -217,12 +222,14 @@ def estimate_registers(kind: str, n_pointers: int, live_scalars: int, element_by
     """Registers per thread of a fused kernel (see the fit above).
 
     Args:
-        kind: ``loop``, ``input`` or ``output`` (the group's kind).
+        kind: ``loop``, ``input``, ``output`` or ``conv`` (the group's kind).
         n_pointers: distinct buffers read or written.
         live_scalars: peak scalars live per element (loaded values + payload temporaries).
         element_bytes: size of the widest element type.
     """
     pointers = REGS_PER_POINTER * n_pointers
+    if kind == "conv":
+        return CONV_BASE_REGS + pointers + max(0, live_scalars - CONV_FREE_LIVE)
     if kind == "output":
         return MATMUL_BASE_REGS + pointers + max(0, live_scalars - MATMUL_FREE_LIVE)
     if kind == "input":

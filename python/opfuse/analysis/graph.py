@@ -2,7 +2,8 @@
 fusion groups already recorded in the IR (``opfuse.group`` / ``opfuse.kind`` attributes).
 
 Free ops (constants, ``tensor.empty``, ``linalg.fill``) are not nodes: they are
-materialized inside whichever kernel uses them, in the fused and the unfused program alike.
+materialized inside whichever kernel uses them, in the fused and the unfused program alike;
+a fill the function returns is a node (a kernel writes it).
 """
 
 from __future__ import annotations
@@ -63,15 +64,16 @@ class FuncGraph:
         block = func_op.regions[0].blocks[0]
         _check_static(func_op)
         ops = [op.operation for op in block.operations]
+        returned = set(ops[-1].operands) if ops and ops[-1].name == "func.return" else set()
         free_values: set[ir.Value] = set()
         for op, info in zip(ops, describe_all(func_op, ops)):
             if op.name == "func.return":
                 self.returned.update(op.operands)
                 continue
-            if info.kind == OpKind.FREE and not _holds_data(op):
+            if info.kind == OpKind.FREE and not _holds_data(op) and not _fills_a_result(op, returned):
                 free_values.update(op.results)
                 continue
-            if info.kind == OpKind.FREE:  # a dense constant: memory, not a kernel
+            if info.kind == OpKind.FREE and _holds_data(op):  # memory, not a kernel
                 continue
             reads = _memory_reads(op, info, free_values)
             extracts = _gathered(op, free_values)
@@ -115,6 +117,12 @@ def _check_static(func_op: ir.Operation) -> None:
                 diagnostics=[f"{format_location(func_op.location)}: error: dynamic shapes are not "
                              f"supported yet: argument {arg.arg_number} of @{name} has type {arg.type}"])
     # op results are checked once per op, where ops are described (opinfo.describe)
+
+
+def _fills_a_result(op: ir.Operation, returned: set[ir.Value]) -> bool:
+    """A fill the function returns: its values must reach memory, so it is a kernel (a
+    loop that writes them), not a free op copied into its users."""
+    return op.name.startswith("linalg.") and any(r in returned for r in op.results)
 
 
 def _holds_data(op: ir.Operation) -> bool:

@@ -48,12 +48,14 @@ class Group:
 
     @property
     def kind(self) -> str:
-        """``output`` (has a contraction), ``input`` (a reduction), ``loop`` or ``opaque``;
-        or the kind a pass gave it (``attention``)."""
+        """``output`` (has a contraction), ``conv`` (a convolution), ``input`` (a
+        reduction), ``loop`` or ``opaque``; or the kind a pass gave it (``attention``)."""
         if self.forced_kind is not None:
             return self.forced_kind
         if OpKind.OPAQUE in self.kinds:
             return "opaque"
+        if OpKind.CONVOLUTION in self.kinds:
+            return "conv"
         if OpKind.CONTRACTION in self.kinds:
             return "output"
         if OpKind.REDUCTION in self.kinds:
@@ -178,6 +180,27 @@ class Planner:
         verdict = self.evaluate(p, c)
         step = self._fuel(verdict)
         self._record(p, c, verdict.fuse, verdict.reason, verdict.numbers, verdict.would_fuse_with, why,
+                     step=step)
+        if verdict.fuse:
+            self._union(p, c)
+        return verdict.fuse
+
+    def merge_view(self, p: Group, c: Group, *, why: str = "") -> bool:
+        """Merge ``p``, reshapes of arguments or constants only, into ``c`` whatever the
+        saving: a view of memory that exists anyway is free in ``c``, while as a kernel of
+        its own it copies its input for nothing (the guard weighs bytes against the kernels'
+        traffic: a filter reshaped for a convolution is a few percent of it). Keeps the
+        graph acyclic; one ledger entry either way."""
+        via = self.cycle_via(p, c)
+        if via is not None:
+            self.refuse(p, c, f"would create a cycle through {via}")
+            return False
+        q_fused, _ = self.fused_q(p, c)
+        numbers = {"q_unfused": p.q + c.q, "q_fused": q_fused}
+        verdict = cost.Verdict(True, f"a reshape of memory is a view: free in the consumer, "
+                                     f"a {p.q} B copy as a kernel of its own", numbers)
+        step = self._fuel(verdict)
+        self._record(p, c, verdict.fuse, verdict.reason, numbers, verdict.would_fuse_with, why,
                      step=step)
         if verdict.fuse:
             self._union(p, c)
@@ -362,7 +385,7 @@ class Planner:
                      self._domain(node), self._row_domain(node))
 
     def _domain(self, node: Node) -> tuple[int, ...]:
-        if node.kind in (OpKind.REDUCTION, OpKind.CONTRACTION):
+        if node.kind in (OpKind.REDUCTION, OpKind.CONTRACTION, OpKind.CONVOLUTION):
             return tuple(node.info.domain)
         return tuple(_shape(node.results[0].type)) if node.results else ()
 
@@ -451,7 +474,7 @@ class Planner:
 def _merged_domain(p: Group, c: Group) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """A group iterates over the domain of its contraction, else of its reductions, else of
     its consumer side (an injective producer adapts to the consumer's domain)."""
-    for kind in (OpKind.CONTRACTION, OpKind.REDUCTION):
+    for kind in (OpKind.CONTRACTION, OpKind.CONVOLUTION, OpKind.REDUCTION):
         for side in (c, p):
             if kind in side.kinds:
                 return side.domain, side.row_domain if side.row_domain is not None else (p.row_domain or c.row_domain)
@@ -459,9 +482,10 @@ def _merged_domain(p: Group, c: Group) -> tuple[tuple[int, ...], tuple[int, ...]
 
 
 def root_of(graph: FuncGraph, g: Group) -> int:
-    """The node that carries ``opfuse.kind``: the contraction of an output group, the last
-    reduction of an input group, the last member otherwise."""
-    want = {"output": OpKind.CONTRACTION, "input": OpKind.REDUCTION,
+    """The node that carries ``opfuse.kind``: the contraction of an output group, the
+    convolution of a conv group, the last reduction of an input group, the last member
+    otherwise."""
+    want = {"output": OpKind.CONTRACTION, "conv": OpKind.CONVOLUTION, "input": OpKind.REDUCTION,
             "attention": OpKind.CONTRACTION}.get(g.kind)
     members = sorted(g.members)
     if want is not None:

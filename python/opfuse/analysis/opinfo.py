@@ -32,6 +32,7 @@ class OpKind(str, enum.Enum):
     INJECTIVE = "injective"  # copy that moves elements: transpose, reshape, slice, concat
     REDUCTION = "reduction"  # has reduction iterators, not a contraction
     CONTRACTION = "contraction"  # matmul-like: multiply-accumulate over reduction dims
+    CONVOLUTION = "convolution"  # multiply-accumulate over a sliding window (linalg.conv_*)
     OPAQUE = "opaque"  # anything else: stays a kernel of its own
     FREE = "free"  # constants, tensor.empty, linalg.fill: folded into every user, never a kernel
 
@@ -40,6 +41,8 @@ class OpKind(str, enum.Enum):
 
 
 LOOP_KINDS = frozenset({OpKind.ELEMENTWISE, OpKind.BROADCAST, OpKind.INJECTIVE})
+#: The roots an epilogue can join (opfuse-fuse-epilogue): one per kernel.
+ROOT_KINDS = frozenset({OpKind.CONTRACTION, OpKind.CONVOLUTION})
 
 _FREE_OPS = {"arith.constant", "tensor.empty", "linalg.fill", "ub.poison"}
 
@@ -346,6 +349,10 @@ def _kind_of_generic(op: ir.Operation, g: ir.Operation, info: OpInfo,
     if "reduction" in info.iterators:
         if op.name in ("linalg.matmul", "linalg.batch_matmul") or linalg.isa_contraction_op(g):
             return OpKind.CONTRACTION
+        if linalg.isa_convolution_op(g) and any(
+            name in ("arith.mulf", "arith.muli") for name, _, _ in info.payload.ops
+        ):  # (a pooling window has the same maps, but no product: a reduction)
+            return OpKind.CONVOLUTION
         return OpKind.REDUCTION
     if not all(m.is_permutation for m in info.output_maps):
         return OpKind.OPAQUE

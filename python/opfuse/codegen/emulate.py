@@ -736,6 +736,14 @@ def _cmpi(op, a, b):
     ][pred](a, b)
 
 
+def _unsigned_pick(cmp, a, b):
+    """``a`` where ``cmp(a, b)`` as unsigned integers, else ``b`` (``arith.minui`` of -1 and
+    15 is 15: a negative index is a huge unsigned one, which is how the emitters clamp)."""
+    a, b = np.broadcast_arrays(a, b)
+    unsigned = np.dtype(f"uint{a.dtype.itemsize * 8}")
+    return np.where(cmp(a.view(unsigned), b.view(unsigned)), a, b)
+
+
 def _f(fn):
     def wrap(op, *xs):
         with np.errstate(all="ignore"):
@@ -794,8 +802,8 @@ _PURE = {
     "arith.remsi": _f(np.fmod),
     "arith.floordivsi": _f(np.floor_divide),
     "arith.ceildivsi": _f(lambda a, b: -((-a) // b)),
-    "arith.minui": _f(np.minimum),
-    "arith.maxui": _f(np.maximum),
+    "arith.minui": _f(lambda a, b: _unsigned_pick(np.less_equal, a, b)),
+    "arith.maxui": _f(lambda a, b: _unsigned_pick(np.greater_equal, a, b)),
     "arith.minsi": _f(np.minimum),
     "arith.maxsi": _f(np.maximum),
     "arith.andi": _f(np.bitwise_and),

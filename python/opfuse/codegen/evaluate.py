@@ -37,6 +37,7 @@ from ..analysis.indexing import (  # noqa: F401  (maps_of ... op_of: re-exported
     op_of,
 )
 from .kernel import KernelBuilder, Unsupported, element_bytes, shape_of
+from . import evaluate_movement as movement
 from .lanes import Kind, analyze, lane_map
 
 
@@ -118,6 +119,8 @@ class Evaluator:
     # ----- public ------------------------------------------------------------------------
     def value(self, v: ir.Value, idx: Sequence[ir.AffineExpr]) -> Val:
         """The value of tensor ``v`` at ``idx`` (one affine expression per dim of ``v``)."""
+        if not isinstance(v.type, ir.ShapedType):  # a scalar value (an output of the group)
+            return self.scalar(v)
         idx = self.canonical(v, idx)
         key = ("v", v, idx)
         hit = self.kb.memo_get(key)
@@ -142,14 +145,8 @@ class Evaluator:
             self.kb.memo_set(key, val)
 
     def canonical(self, v: ir.Value, idx: Sequence[ir.AffineExpr]) -> Index:
-        """``idx`` with ``0`` at every size-1 dim of ``v`` (its only valid index), so that
-        a value reached through reshapes that add or drop unit dims (``tensor<8x16xf32>``
-        collapsed from ``1x8x16``) has one memo key however its index was written."""
-        shape = shape_of(v.type) if isinstance(v.type, ir.ShapedType) else ()
-        if 1 not in shape:
-            return tuple(idx)
-        zero = ir.AffineConstantExpr.get(0, self.ctx)
-        return tuple(zero if d == 1 else e for e, d in zip(idx, shape))
+        """``idx`` with ``0`` at every size-1 dim of ``v``: see :func:`canonical_index`."""
+        return canonical_index(v, idx, self.ctx)
 
     def addresses(self, v: ir.Value, idx: Sequence[ir.AffineExpr], n_dims: int) -> list | None:
         """The flat element offsets (affine expressions over ``n_dims`` dims) of every
@@ -237,6 +234,10 @@ class Evaluator:
         except Unsupported:
             return None
         return self.source(op.operands[j], compose(maps[j], point, len(self.kb.dims), self.ctx))
+
+    def placement(self, v: ir.Value, target: ir.Value) -> list[list[int]] | None:
+        """Where output ``v`` sits on ``target``: see :func:`evaluate_movement.placement`."""
+        return movement.placement(self, v, target)
 
     def lanes_of(self, e: ir.AffineExpr):
         return analyze(e, self.vdim, self.lanes)
@@ -347,6 +348,10 @@ class Evaluator:
             return self.value(op.operands[0], self._reshape_source(op, idx))
         if name == "tensor.concat":
             return self._concat(op, idx)
+        if name == "tensor.pad":
+            return movement.pad(self, op, idx)
+        if name == "tensor.insert_slice":
+            return movement.insert_slice(self, op, idx)
         if name == "arith.constant":
             attr = op.attributes["value"]
             if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
@@ -387,24 +392,7 @@ class Evaluator:
         whole = la.kind == Kind.CONTIG and la.aligned and all(s % self.lanes == 0 for s in starts)
         if self.lanes == 1 or la.kind == Kind.INVARIANT or whole:
             return self._concat_branches(op, axis, starts, idx)
-        kb = self.kb
-        n = len(kb.dims)
-        elems = []
-        for lane in range(self.lanes):
-            # each vector dim replaced by a new index variable, outside the vector dims,
-            # holding the dim's value in this lane: the lane's index, uniform
-            subst = [ir.AffineDimExpr.get(i, self.ctx) for i in range(n)]
-            for d in self.vdim:
-                if d < n:
-                    subst[d] = kb.add_dim(kb.apply(subst[d] + lane))
-            pmap = ir.AffineMap.get(len(kb.dims), 0, subst, self.ctx)
-            lane_idx = tuple(e.compose(pmap).maybe_downcast() for e in idx)
-            val = self.value(op.results[0], lane_idx)
-            if not val.uniform:
-                raise Unsupported("a lane of a tensor.concat that varies across lanes")
-            elems.append(val.ssa)
-        with kb.emitting():
-            return Val(vector.from_elements(self._vt(elems[0].type), elems), False)
+        return movement.per_lane(self, op.results[0], idx, "tensor.concat")
 
     def _concat_branches(self, op: ir.Operation, axis: int, starts: list[int], idx: Index) -> Val:
         """``scf.if idx[axis] < start[1] {input 0} else if ... else {input n-1}``, decided
@@ -507,6 +495,14 @@ class Evaluator:
                 src, *coords = inner.operands
                 env[inner.results[0]] = self.gather(src, [get(c) for c in coords])
                 continue
+            if inner.name == "cf.assert":
+                # not checked on the GPU (no trap path in the kernels): the kernel's notes say
+                # so; the CPU backend checks it
+                msg = ir.StringAttr(inner.attributes["msg"]).value
+                note = f"cf.assert '{msg}' is not checked in the kernel"
+                if note not in self.kb.notes:
+                    self.kb.notes.append(note)
+                continue
             vals = [get(o) for o in inner.operands]
             for res, val in zip(inner.results, self.emit(inner, vals)):
                 env[res] = val
@@ -596,12 +592,19 @@ class Evaluator:
         if hit is not None:
             return hit
         op = op_of(v)
-        if op is None:
-            raise Unsupported("scalar kernel arguments")
-        if op.name == "arith.constant":
+        if op is None:  # a scalar argument of the function: its one-element buffer
+            arg = ir.BlockArgument(v)
+            if arg.owner != self.entry or arg.arg_number not in self.leaves:
+                raise Unsupported("a block argument read as a scalar")
+            with self.kb.emitting():
+                val = Val(memref.load(self.leaves[arg.arg_number], [self.kb.index(0)]), True)
+        elif op.name == "arith.constant":
             val = Val(self.kb.const_attr(op.attributes["value"]), True)
-        elif op.name == "tensor.extract" and len(op.operands) == 1:
-            val = self.value(op.operands[0], ())
+        elif op.name == "tensor.extract":
+            indices = [self.kb.add_dim(self.scalar(i).ssa) for i in list(op.operands)[1:]]
+            val = self.value(op.operands[0], indices)
+            if not val.uniform:
+                raise Unsupported("a tensor.extract that varies across lanes")
         else:
             vals = [self.scalar(o) for o in op.operands]
             val = self.emit(op, vals)[result_number(v)]
@@ -656,6 +659,17 @@ class Evaluator:
         for k, res in enumerate(op.results):
             self.kb.memo_set(("v", res, self.canonical(res, out_idx[k])), Val(results[k], uniform))
         return Val(results[r], uniform)
+
+
+def canonical_index(v: ir.Value, idx: Sequence[ir.AffineExpr], ctx: ir.Context) -> Index:
+    """``idx`` with ``0`` at every size-1 dim of ``v`` (its only valid index), so that a
+    value reached through reshapes that add or drop unit dims (``tensor<8x16xf32>``
+    collapsed from ``1x8x16``) has one memo key however its index was written."""
+    shape = shape_of(v.type) if isinstance(v.type, ir.ShapedType) else ()
+    if 1 not in shape:
+        return tuple(idx)
+    zero = ir.AffineConstantExpr.get(0, ctx)
+    return tuple(zero if d == 1 else e for e, d in zip(idx, shape))
 
 
 def loop_point(out_map: ir.AffineMap, idx: Index) -> list[ir.AffineExpr]:

@@ -17,6 +17,7 @@ loop      loop (16-byte vectors per thread), fallback
 input     rows (team per row, shuffles), fallback
 output    mma (tensor cores, cp.async pipeline), matmul (SIMT tile), fallback
 attention attention_mma (f16/bf16 tensor cores), attention (SIMT), fallback
+conv      conv (direct convolution, channels x columns per thread), fallback
 opaque    fallback (grid-stride loop)
 ========  ==================================================================
 """
@@ -35,6 +36,7 @@ from . import host, nvptx
 from . import ptxas as ptxas_mod
 from .attention import emit_attention
 from .attention_mma import emit_attention_mma
+from .conv import emit_conv
 from .group import Group, NotChosen, is_view_only, prepare
 from .kernel import KernelBuilder, Unsupported
 from .loop import emit_fallback, emit_loop
@@ -51,6 +53,7 @@ EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
     "matmul": emit_matmul,
     "attention_mma": emit_attention_mma,
     "attention": emit_attention,
+    "conv": emit_conv,
     "fallback": emit_fallback,
 }
 ORDER = {
@@ -58,6 +61,7 @@ ORDER = {
     "input": ("rows", "fallback"),
     "output": ("mma", "matmul", "fallback"),
     "attention": ("attention_mma", "attention", "fallback"),
+    "conv": ("conv", "fallback"),
     "opaque": ("fallback",),
 }
 PTXAS_OPTIONS = ("-O3",)
@@ -280,6 +284,7 @@ def _emit(g: Group, kmod: ir.Module, notes: list[str]) -> tuple[str, KernelBuild
         ir.InsertionPoint(kmod.body).insert(kb.func)
         if reasons:
             notes.append(f"{g.name} ({g.kind}): {emitter} emitter; " + "; ".join(reasons))
+        notes.extend(f"{g.name} ({g.kind}): {note}" for note in kb.notes)
         return emitter, kb
     raise OpfuseError(f"no GPU emitter can build {g.name} ({g.kind}): " + "; ".join(reasons))
 

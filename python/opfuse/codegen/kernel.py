@@ -161,6 +161,9 @@ func.func @{name}({args}) {{
         self.index_type = ir.IndexType.get(ctx)
         #: Elements per thread along the vector dim (recorded in the KernelSpec).
         self.vector_lanes = 1
+        #: What the kernel leaves out of the group's semantics (a dropped ``cf.assert``):
+        #: the driver adds each line to the program's notes.
+        self.notes: list[str] = []
         #: What the emitter chose (tile, stages, ...: KernelSpec.meta).
         self.meta: dict = {}
         #: Registers per thread ptxas may use (``.maxnreg``); None: its own choice, which

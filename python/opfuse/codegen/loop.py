@@ -27,7 +27,7 @@ FALLBACK_MAX_BLOCKS = 4096
 MAX_GRID_X = 2**31 - 1
 
 
-def _block_for(threads: int) -> int:
+def block_for(threads: int) -> int:
     """256, or fewer (a multiple of 32) when there is less work: never a 1-thread block."""
     return max(32, min(BLOCK, -(-threads // 32) * 32))
 
@@ -45,7 +45,7 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         if o.shape:
             lanes = min(lanes, vector_width(o.element_type, o.shape[-1]))
     threads = -(-n // lanes)
-    block = _block_for(threads)
+    block = block_for(threads)
     grid = -(-threads // block)
     require(grid <= MAX_GRID_X, "too many blocks")
     kb = KernelBuilder(module, name, group.params, (grid, 1, 1), (block, 1, 1))
@@ -74,7 +74,7 @@ def emit_fallback(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     outs = group.outputs
     require(bool(outs), "no outputs")
     n_max = max(numel(o.shape) for o in outs)
-    block = _block_for(n_max)
+    block = block_for(n_max)
     grid = max(1, min(FALLBACK_MAX_BLOCKS, -(-n_max // block)))
     kb = KernelBuilder(module, name, group.params, (grid, 1, 1), (block, 1, 1))
     ev = Evaluator(kb, group.func, group.leaves(kb.params), sequential=True)

@@ -31,13 +31,12 @@ from .evaluate import (
     compose,
     generic_domain,
     iterators_of,
-    loop_point,
     maps_of,
     n_inputs,
-    op_of,
 )
+from .evaluate_movement import pull
 from .group import Group, require
-from .kernel import KernelBuilder, Unsupported, numel, shape_of
+from .kernel import KernelBuilder, numel, shape_of
 
 
 @dataclass(frozen=True)
@@ -224,7 +223,8 @@ def _placement(v: ir.Value, c: ir.Value, rank: int) -> list[int] | None:
     gives up (Unsupported), so a wrong guess cannot produce a wrong kernel."""
     ctx = c.context
     dims = [ir.AffineDimExpr.get(i, ctx) for i in range(len(shape_of(v.type)))]
-    pulled = _pull(v, c, dims, len(dims))
+    # (unit dims kept as they are: the kernels index C's size-1 dims with their own dims)
+    pulled = pull(v, c, tuple(dims), len(dims), ctx, unit_dims_at_zero=False)
     if pulled is None or len(pulled) != rank or len(dims) != rank:
         return None
     where = {}
@@ -234,29 +234,6 @@ def _placement(v: ir.Value, c: ir.Value, rank: int) -> list[int] | None:
             return None
         where[e.position] = k
     return [where[d] for d in range(rank)]
-
-
-def _pull(v: ir.Value, c: ir.Value, idx: list, n: int) -> list | None:
-    """C's index read when ``v`` is read at ``idx`` (expressions over ``n`` dims), through
-    pointwise generics."""
-    if v == c:
-        return idx
-    op = op_of(v)
-    if op is None or op.name != "linalg.generic" or "reduction" in iterators_of(op):
-        return None
-    maps = maps_of(op)
-    n_in = n_inputs(op)
-    try:
-        point = loop_point(maps[n_in + ir.OpResult(v).result_number], idx)
-    except Unsupported:
-        return None
-    for j in range(n_in):
-        operand = op.operands[j]
-        if isinstance(operand.type, ir.ShapedType):
-            found = _pull(operand, c, list(compose(maps[j], point, n, c.context)), n)
-            if found is not None:
-                return found
-    return None
 
 
 def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:

@@ -29,10 +29,10 @@ def group_registers(planner, p, c) -> int | None:
     members = sorted(set(p.members) | set(c.members))
     ops = [planner.graph.nodes[i].op for i in members]
     kinds = {str(k) for k in (p.kinds | c.kinds)}
-    kind = (
-        "opaque"
-        if "opaque" in kinds
-        else "output" if "contraction" in kinds else "input" if "reduction" in kinds else "loop"
+    kind = next(
+        (k for name, k in (("opaque", "opaque"), ("convolution", "conv"), ("contraction", "output"),
+                           ("reduction", "input")) if name in kinds),
+        "loop",
     )
     return registers_of(ops, kind, planner.options.target)
 

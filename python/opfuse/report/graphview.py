@@ -34,10 +34,11 @@ KIND_COLORS: dict[str, tuple[str, str]] = {
     "input": ("#dcfce7", "#15803d"),
     "output": ("#ffedd5", "#c2410c"),
     "attention": ("#fae8ff", "#a21caf"),
+    "conv": ("#fce7f3", "#be185d"),
     "opaque": ("#e5e7eb", "#4b5563"),
     "none": ("#ffffff", "#6b7280"),
 }
-KINDS = ("loop", "input", "output", "attention", "opaque")
+KINDS = ("loop", "input", "output", "attention", "conv", "opaque")
 
 ENGINES = ("auto", "dot", "builtin")
 DOT_TIMEOUT_S = 60

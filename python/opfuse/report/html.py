@@ -141,7 +141,7 @@ def _legend(kernels: list[dict[str, Any]]) -> str:
     for i in range(len(kernels)):
         counts[graphview.kernel_kind(kernels, i)] += 1
     what = {"loop": "elementwise / injective", "input": "reduction root",
-            "output": "matmul root + epilogue",
+            "output": "matmul root + epilogue", "conv": "convolution root + epilogue",
             "attention": "Q·Kᵀ → softmax → P·V, S on chip", "opaque": "not fusible"}
     items = "".join(
         f'<span class="lg"><span class="sw kind-{k}"></span>{k} — {what[k]} ({counts[k]})</span>'

@@ -30,9 +30,18 @@ def layernorm():
     return m
 
 
+def conv_relu():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU())
+
+
 MODELS = {
     "softmax": (Softmax, (32, 64), "torch.softmax(x, dim=-1), x: 32x64"),
     "layernorm": (layernorm, (32, 64), "torch.nn.LayerNorm(64) with random weight and bias, x: 32x64"),
+    "conv_relu": (conv_relu, (1, 3, 16, 16), "nn.Conv2d(3, 8, 3, padding=1) + ReLU, x: 1x3x16x16"),
+    "conv_grouped": (lambda: torch.nn.Conv2d(8, 8, 3, padding=1, groups=4), (1, 8, 16, 16),
+                     "nn.Conv2d(8, 8, 3, padding=1, groups=4), x: 1x8x16x16"),
+    "conv_depthwise": (lambda: torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8),
+                       (1, 8, 16, 16), "nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), x: 1x8x16x16"),
 }
 
 
