@@ -60,6 +60,10 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     # Reductions absorb the loop groups around them ("reduce while computing", and the
     # row consumers of softmax/layernorm) once those groups are final.
     "opfuse-fuse-reduction",
+    # A scan (cumsum) takes the loop groups over its domain on both sides (the mask it
+    # counts, the position arithmetic after it); after the reductions, which do not take a
+    # scan, so that a loop group both could claim goes to the reduction first.
+    "opfuse-fuse-scan",
     # Matmul roots take the elementwise consumers the reductions did not claim (bias, GELU,
     # residual: the epilogue runs on the accumulators in registers). After the reductions,
     # so that softmax after QK^T stays one row kernel instead of becoming a matmul epilogue.

@@ -49,11 +49,14 @@ class Group:
     @property
     def kind(self) -> str:
         """``output`` (has a contraction), ``conv`` (a convolution), ``input`` (a
-        reduction), ``loop`` or ``opaque``; or the kind a pass gave it (``attention``)."""
+        reduction), ``scan`` (a running sum), ``loop`` or ``opaque``; or the kind a pass
+        gave it (``attention``)."""
         if self.forced_kind is not None:
             return self.forced_kind
         if OpKind.OPAQUE in self.kinds:
             return "opaque"
+        if OpKind.SCAN in self.kinds:
+            return "scan"
         if OpKind.CONVOLUTION in self.kinds:
             return "conv"
         if OpKind.CONTRACTION in self.kinds:
@@ -474,7 +477,7 @@ class Planner:
 def _merged_domain(p: Group, c: Group) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """A group iterates over the domain of its contraction, else of its reductions, else of
     its consumer side (an injective producer adapts to the consumer's domain)."""
-    for kind in (OpKind.CONTRACTION, OpKind.CONVOLUTION, OpKind.REDUCTION):
+    for kind in (OpKind.CONTRACTION, OpKind.CONVOLUTION, OpKind.REDUCTION, OpKind.SCAN):
         for side in (c, p):
             if kind in side.kinds:
                 return side.domain, side.row_domain if side.row_domain is not None else (p.row_domain or c.row_domain)
@@ -483,10 +486,10 @@ def _merged_domain(p: Group, c: Group) -> tuple[tuple[int, ...], tuple[int, ...]
 
 def root_of(graph: FuncGraph, g: Group) -> int:
     """The node that carries ``opfuse.kind``: the contraction of an output group, the
-    convolution of a conv group, the last reduction of an input group, the last member
-    otherwise."""
+    convolution of a conv group, the last reduction of an input group, the scan of a scan
+    group, the last member otherwise."""
     want = {"output": OpKind.CONTRACTION, "conv": OpKind.CONVOLUTION, "input": OpKind.REDUCTION,
-            "attention": OpKind.CONTRACTION}.get(g.kind)
+            "attention": OpKind.CONTRACTION, "scan": OpKind.SCAN}.get(g.kind)
     members = sorted(g.members)
     if want is not None:
         for m in reversed(members):

@@ -22,6 +22,7 @@ from mlir.passmanager import PassManager
 
 from ..errors import OpfuseError
 from ..ir import format_location
+from . import scan
 
 
 class OpKind(str, enum.Enum):
@@ -33,6 +34,7 @@ class OpKind(str, enum.Enum):
     REDUCTION = "reduction"  # has reduction iterators, not a contraction
     CONTRACTION = "contraction"  # matmul-like: multiply-accumulate over reduction dims
     CONVOLUTION = "convolution"  # multiply-accumulate over a sliding window (linalg.conv_*)
+    SCAN = "scan"  # a running sum along one dim (cumsum written as a triangular reduction)
     OPAQUE = "opaque"  # anything else: stays a kernel of its own
     FREE = "free"  # constants, tensor.empty, linalg.fill: folded into every user, never a kernel
 
@@ -123,6 +125,8 @@ class OpInfo:
 
     @property
     def flops(self) -> int:
+        if self.kind == OpKind.SCAN:  # one add per element, not per point of the triangle
+            return self.flops_per_point * (self.points // max(1, self.domain[-1]))
         return self.flops_per_point * self.points
 
 
@@ -353,6 +357,8 @@ def _kind_of_generic(op: ir.Operation, g: ir.Operation, info: OpInfo,
             name in ("arith.mulf", "arith.muli") for name, _, _ in info.payload.ops
         ):  # (a pooling window has the same maps, but no product: a reduction)
             return OpKind.CONVOLUTION
+        if scan.recognize(g.operation) is not None:
+            return OpKind.SCAN
         return OpKind.REDUCTION
     if not all(m.is_permutation for m in info.output_maps):
         return OpKind.OPAQUE

@@ -591,14 +591,30 @@ class Emulator:
             env[r] = v
 
     def _shuffle(self, op: ir.Operation, env: dict, L: _Launch) -> None:
-        mode = str(op.attributes["mode"])
-        if "xor" not in mode:
-            raise OpfuseError(f"emulator: gpu.shuffle {mode} not supported")
+        """``gpu.shuffle`` as PTX's ``shfl.sync`` (ISA, "Parallel Synchronization and
+        Communication Instructions: shfl.sync"), which the NVVM lowering emits: within
+        segments of ``width`` lanes, the source lane ``j`` is ``lane ^ b`` (xor),
+        ``lane - b`` (up), ``lane + b`` (down) or ``b`` (idx); a source outside the
+        thread's segment is invalid: the thread gets its own value, ``valid`` false."""
+        mode = str(op.attributes["mode"]).split("<")[-1].rstrip(">").split()[-1]
         x = np.broadcast_to(np.asarray(env[op.operands[0]]), (L.n,))
-        off = int(np.asarray(env[op.operands[1]]).reshape(-1)[0])
-        partner = L.lane_base + ((L.lane ^ off) % WARP)
-        env[op.results[0]] = x[partner]
-        env[op.results[1]] = np.ones(L.n, dtype=bool)
+        off = np.broadcast_to(np.asarray(env[op.operands[1]]), (L.n,)).astype(np.int64)
+        width = np.broadcast_to(np.asarray(env[op.operands[2]]), (L.n,)).astype(np.int64)
+        seg = L.lane - L.lane % width  # first lane of the thread's segment
+        if mode == "xor":
+            j = L.lane ^ off
+        elif mode == "up":
+            j = L.lane - off
+        elif mode == "down":
+            j = L.lane + off
+        elif mode == "idx":
+            j = seg + off
+        else:
+            raise OpfuseError(f"emulator: gpu.shuffle {mode} not supported")
+        valid = (j >= seg) & (j < seg + width) & (j < WARP)
+        j = np.where(valid, j, L.lane)
+        env[op.results[0]] = x[L.lane_base + j]
+        env[op.results[1]] = valid
 
 
 def _const(op: ir.Operation):

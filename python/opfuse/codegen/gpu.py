@@ -18,6 +18,7 @@ input     rows (team per row, shuffles), fallback
 output    mma (tensor cores, cp.async pipeline), matmul (SIMT tile), fallback
 attention attention_mma (f16/bf16 tensor cores), attention (SIMT), fallback
 conv      conv (direct convolution, channels x columns per thread), fallback
+scan      scan (warp/block scan per row: shuffles up, warp totals in shared memory), fallback
 opaque    fallback (grid-stride loop)
 ========  ==================================================================
 """
@@ -43,6 +44,7 @@ from .loop import emit_fallback, emit_loop
 from .matmul import emit_matmul, emit_mma
 from .options import CodegenOptions
 from .rows import emit_rows
+from .scan import emit_scan
 
 STAGES = ("kernels", "nvvm", "ptx", "cubin")
 
@@ -54,6 +56,7 @@ EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
     "attention_mma": emit_attention_mma,
     "attention": emit_attention,
     "conv": emit_conv,
+    "scan": emit_scan,
     "fallback": emit_fallback,
 }
 ORDER = {
@@ -62,6 +65,7 @@ ORDER = {
     "output": ("mma", "matmul", "fallback"),
     "attention": ("attention_mma", "attention", "fallback"),
     "conv": ("conv", "fallback"),
+    "scan": ("scan", "fallback"),
     "opaque": ("fallback",),
 }
 PTXAS_OPTIONS = ("-O3",)

@@ -31,7 +31,7 @@ def group_registers(planner, p, c) -> int | None:
     kinds = {str(k) for k in (p.kinds | c.kinds)}
     kind = next(
         (k for name, k in (("opaque", "opaque"), ("convolution", "conv"), ("contraction", "output"),
-                           ("reduction", "input")) if name in kinds),
+                           ("scan", "scan"), ("reduction", "input")) if name in kinds),
         "loop",
     )
     return registers_of(ops, kind, planner.options.target)

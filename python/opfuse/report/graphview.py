@@ -35,10 +35,11 @@ KIND_COLORS: dict[str, tuple[str, str]] = {
     "output": ("#ffedd5", "#c2410c"),
     "attention": ("#fae8ff", "#a21caf"),
     "conv": ("#fce7f3", "#be185d"),
+    "scan": ("#fef9c3", "#a16207"),
     "opaque": ("#e5e7eb", "#4b5563"),
     "none": ("#ffffff", "#6b7280"),
 }
-KINDS = ("loop", "input", "output", "attention", "conv", "opaque")
+KINDS = ("loop", "input", "output", "attention", "conv", "scan", "opaque")
 
 ENGINES = ("auto", "dot", "builtin")
 DOT_TIMEOUT_S = 60

@@ -142,7 +142,8 @@ def _legend(kernels: list[dict[str, Any]]) -> str:
         counts[graphview.kernel_kind(kernels, i)] += 1
     what = {"loop": "elementwise / injective", "input": "reduction root",
             "output": "matmul root + epilogue", "conv": "convolution root + epilogue",
-            "attention": "Q·Kᵀ → softmax → P·V, S on chip", "opaque": "not fusible"}
+            "attention": "Q·Kᵀ → softmax → P·V, S on chip", "scan": "running sum (cumsum)",
+            "opaque": "not fusible"}
     items = "".join(
         f'<span class="lg"><span class="sw kind-{k}"></span>{k} — {what[k]} ({counts[k]})</span>'
         for k in graphview.KINDS)
