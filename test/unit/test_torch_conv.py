@@ -108,8 +108,7 @@ class NoPadding(nn.Module):
 
 def test_emulated_kernels_match_eager():
     """The GPU kernels (emulated, race check on) of group norm, a grouped 1-D convolution
-    and vector norms. (Models that pad, as convolutions with padding and pooling do, need
-    ``tensor.pad`` inside GPU kernels: not yet on main.)"""
+    and vector norms. (Padded convolutions and pooling: test_gpu_conv_models.py.)"""
     torch.manual_seed(0)
     model, x = NoPadding().eval(), torch.randn(2, 8, 11)
     with torch.no_grad():

@@ -1,0 +1,96 @@
+"""``python -m bench.zoo_gpu [model ...]``: the GPU kernels of the model zoo's partitions.
+
+Each model (``bench/zoo_models.py``; default: the convolutional ones, ``small_cnn vit
+whisper_encoder wav2vec2``; ``all`` for the whole zoo) is compiled through
+``torch.compile(backend="opfuse")`` on the CPU, as the zoo test calls it; the inputs each
+compiled partition received are kept, and its GPU program is built for sm_80 and sm_90
+(ptxas when found: registers, spills) and run in the emulator (race check on) on them,
+against the partition's own eager ATen submodule. One line per partition: kernels by
+emitter, the emitters' notes (kernels left to the fallback and why), the most registers
+and any spills, the max error relative to max(1, max |eager|). Exit 1 if an error exceeds
+1e-4 or a kernel spills. Slow (minutes per transformer: the emulator runs every thread
+in numpy); not part of the test suite, which checks the models' convolution layers
+(``test/unit/test_gpu_conv_models.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CONVOLUTIONAL = ("small_cnn", "vit", "whisper_encoder", "wav2vec2")
+TOL = 1e-4
+
+
+def check(entry: Any) -> bool:
+    """Print one line per partition of ``entry``; whether all of them passed."""
+    import numpy as np
+    import torch
+
+    from opfuse import torch_partitions as tp
+    from opfuse.codegen import emulate, ptxas
+
+    from .zoo import compile_with_opfuse
+
+    seen: dict[int, tuple[Any, list]] = {}
+    forward = tp.CompiledPartition.forward
+
+    def recording(self: Any, *tensors: Any) -> Any:
+        seen.setdefault(id(self), (self, [t.detach().clone() for t in tensors]))
+        return forward(self, *tensors)
+
+    tp.CompiledPartition.forward = recording
+    try:
+        compile_with_opfuse(entry)
+    finally:
+        tp.CompiledPartition.forward = forward
+    have_ptxas = ptxas.find_ptxas() is not None
+    ok = True
+    for part, tensors in seen.values():
+        program = part.program.executable.gpu_program(("sm_80", "sm_90"), ptxas=have_ptxas)
+        kernels = list(program.kernels.values())
+        emitters = Counter(k.emitter for k in kernels)
+        regs = spills = 0
+        if have_ptxas:
+            for k in kernels:
+                for res in k.resources.values():
+                    regs = max(regs, res["registers"])
+                    spills += res["spill_stores"] + res["spill_loads"]
+        got = emulate.run_program(program, [tp.to_numpy(t) for t in tensors])
+        with torch.no_grad():
+            want = part.eager(*tensors)
+        want = want if isinstance(want, (tuple, list)) else (want,)
+        err = 0.0
+        for g, w in zip(got, want):
+            w = w.numpy().astype(np.float64)
+            if w.size:
+                err = max(err, float(np.abs(g.astype(np.float64) - w).max() / max(1.0, np.abs(w).max())))
+        good = err <= TOL and spills == 0 and len(got) == len(want)
+        ok &= good
+        print(f"{entry.name} {part.name}: {len(kernels)} kernels {dict(sorted(emitters.items()))}"
+              f"{' registers<=' + str(regs) + ' spills=' + str(spills) if have_ptxas else ' (no ptxas)'}"
+              f" max_error={err:.2g} {'ok' if good else 'FAILED'}"
+              + "".join(f"\n    note: {n}" for n in program.notes), flush=True)
+    return ok
+
+
+def main(argv: list[str]) -> int:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from .zoo_models import ZOO
+
+    names = argv or list(CONVOLUTIONAL)
+    entries = ZOO if names == ["all"] else [m for m in ZOO if m.name in names]
+    unknown = set(names) - {m.name for m in ZOO} - {"all"}
+    if unknown:
+        print(f"unknown models: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 1
+    results = [check(entry) for entry in entries]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
