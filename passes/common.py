@@ -26,6 +26,22 @@ def plan_each_function(module: ir.Module, name: str, options: GuardOptions,
         planner.write_back()
 
 
+def plan_with_twins(module: ir.Module, name: str, options: GuardOptions,
+                    plan: Callable[[Planner, Callable], None]) -> None:
+    """:func:`plan_each_function` with ``plan(planner, twin)``: ``twin(op)`` is the
+    generalized ``linalg.generic`` of a node's op (named matmuls included), or None."""
+    from opfuse.analysis.opinfo import generalize
+
+    def each(planner: Planner) -> None:
+        ops = [n.op for n in planner.graph.nodes]
+        twins, scratch = generalize(ops)  # scratch keeps the twins alive
+        twin_of = dict(zip(ops, twins))
+        plan(planner, lambda op: twin_of.get(op))
+        del scratch
+
+    plan_each_function(module, name, options, each)
+
+
 def shape_str(shape: tuple[int, ...] | None) -> str:
     return "x".join(str(d) for d in shape) if shape else "scalar"
 

@@ -30,11 +30,11 @@ from mlir import ir
 
 from opfuse import cost
 from opfuse.analysis.attention import match
-from opfuse.analysis.graph import FuncGraph, functions
+from opfuse.analysis.graph import FuncGraph
 from opfuse.analysis.groups import Group, Planner
-from opfuse.analysis.opinfo import OpKind, generalize, tensor_bytes
+from opfuse.analysis.opinfo import OpKind, tensor_bytes
 
-from .common import FusionOptions
+from .common import FusionOptions, plan_with_twins
 
 NAME = "opfuse-fuse-attention"
 KIND = "attention"
@@ -46,14 +46,7 @@ class Options(FusionOptions):
 
 
 def run(module: ir.Module, options: Options = Options()) -> None:
-    for func_op in functions(module):
-        planner = Planner(FuncGraph(func_op), NAME, options)
-        ops = [n.op for n in planner.graph.nodes]
-        twins, scratch = generalize(ops)  # scratch keeps the twins alive
-        twin_of = dict(zip(ops, twins))
-        _plan(planner, lambda op: twin_of.get(op))
-        del scratch
-        planner.write_back()
+    plan_with_twins(module, NAME, options, _plan)
 
 
 def _plan(planner: Planner, twin) -> None:

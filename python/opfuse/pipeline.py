@@ -68,6 +68,9 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     # residual: the epilogue runs on the accumulators in registers). After the reductions,
     # so that softmax after QK^T stays one row kernel instead of becoming a matmul epilogue.
     "opfuse-fuse-epilogue",
+    # Sibling matmuls over one LHS (Q/K/V, SwiGLU's W1 and W3) once each has its epilogue:
+    # one kernel whose tiles each read their own weight and apply their own epilogue.
+    "opfuse-fuse-horizontal",
     # Attention last among the fusions: it merges whole groups (Q·Kᵀ with its prologue, the
     # softmax row kernel, P·V with its epilogue) once each is final, into one kernel that
     # keeps S and P on chip.

@@ -27,7 +27,7 @@ import numpy as np
 GRAPHS = ("g1_mlp", "g5_attention", "g6_encoder_layer", "g7_rmsnorm_swiglu")
 CHIPS = ("sm_80", "sm_90")
 #: The tensor-core emitter of each kernel kind that multiplies.
-TENSOR_CORE = {"output": "mma", "attention": "attention_mma"}
+TENSOR_CORE = {"output": "mma", "attention": "attention_mma", "horizontal": "horizontal_mma"}
 
 
 def _products(program) -> list:

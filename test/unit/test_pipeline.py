@@ -98,6 +98,7 @@ def fake_registry(monkeypatch):
         "opfuse-fuse-reduction": _module("opfuse-fuse-reduction", GuardOpts, _tagger("opfuse-fuse-reduction")),
         "opfuse-fuse-scan": _module("opfuse-fuse-scan", GuardOpts, _tagger("opfuse-fuse-scan")),
         "opfuse-fuse-epilogue": _module("opfuse-fuse-epilogue", GuardOpts, _tagger("opfuse-fuse-epilogue")),
+        "opfuse-fuse-horizontal": _module("opfuse-fuse-horizontal", GuardOpts, _tagger("opfuse-fuse-horizontal")),
         "opfuse-fuse-attention": _module("opfuse-fuse-attention", GuardOpts, _tagger("opfuse-fuse-attention")),
         "opfuse-fuse-recompute": _module("opfuse-fuse-recompute", GuardOpts, _tagger("opfuse-fuse-recompute")),
         "opfuse-outline": _module("opfuse-outline", OutlineOpts, _tagger("opfuse-outline")),
@@ -449,8 +450,8 @@ def test_fuse_opt_default_pipeline_with_disable(tmp_path, capsys):
     assert _fuse_opt(tmp_path, "--disable-pass=opfuse-fuse-reduction", "--disable-pass", "opfuse-outline") == 0
     assert [name for name, _ in RAN] == ["opfuse-fold-unit-dims", "opfuse-fuse-elementwise",
                                          "opfuse-fuse-producer-consumer", "opfuse-fuse-scan",
-                                         "opfuse-fuse-epilogue", "opfuse-fuse-attention",
-                                         "opfuse-fuse-recompute"]
+                                         "opfuse-fuse-epilogue", "opfuse-fuse-horizontal",
+                                         "opfuse-fuse-attention", "opfuse-fuse-recompute"]
     assert _fuse_opt(tmp_path, "--disable-pass=opfuse-outline", "--opfuse-outline") == 1
     assert "--disable-pass applies to the default pipeline only" in capsys.readouterr().err
 

@@ -19,7 +19,7 @@ from .graph import GROUP_ATTR, KIND_ATTR, FuncGraph, Node, value_bytes
 from .opinfo import LOOP_KINDS, OpKind
 
 #: Group kinds only the pass that formed the group can tell (kept in ``opfuse.kind``).
-FORCED_KINDS = ("attention",)
+FORCED_KINDS = ("attention", "horizontal")
 
 
 @dataclass(eq=False)
@@ -489,7 +489,8 @@ def root_of(graph: FuncGraph, g: Group) -> int:
     convolution of a conv group, the last reduction of an input group, the scan of a scan
     group, the last member otherwise."""
     want = {"output": OpKind.CONTRACTION, "conv": OpKind.CONVOLUTION, "input": OpKind.REDUCTION,
-            "attention": OpKind.CONTRACTION, "scan": OpKind.SCAN}.get(g.kind)
+            "attention": OpKind.CONTRACTION, "scan": OpKind.SCAN,
+            "horizontal": OpKind.CONTRACTION}.get(g.kind)
     members = sorted(g.members)
     if want is not None:
         for m in reversed(members):

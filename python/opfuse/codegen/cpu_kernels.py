@@ -129,8 +129,10 @@ def fuse_kernel_functions(module: ir.Module) -> None:
     if marked:
         _generalize_marked(module)
     for func in kernel_functions(module):
-        pins = _pin_contraction_inputs(module, func) if _kind(func) == "output" else []
+        pins = _pin_contraction_inputs(module, func) if _kind(func) in ("output", "horizontal") else []
         run_pipeline(func, KERNEL_PIPELINE)
+        if _kind(func) == "horizontal":
+            _unshare_inits(func)
         for pin in pins:
             pin.erase()
     for op in list(module.body.operations):
@@ -164,6 +166,27 @@ def _pin_contraction_inputs(module: ir.Module, func: ir.Operation) -> list[ir.Op
             with ir.InsertionPoint(ops[-1]):
                 pins.append(func_d.CallOp([], name, [v]).operation)
     return pins
+
+
+def _unshare_inits(func: ir.Operation) -> None:
+    """Give each op that starts from another op's result (``outs``) its own copy of that op:
+    a horizontal kernel's sibling matmuls start from one zero fill once CSE has merged
+    theirs. Two ops writing into one filled tensor make bufferization copy it
+    (``memref.copy``, a call to ``memrefCopy``, which a bundle's library, unlike the JIT,
+    does not have); two fills cost nothing."""
+    for op in [o.operation for o in func.regions[0].blocks[0].operations]:
+        if len(op.results) != 1 or not op.name.startswith("linalg."):
+            continue
+        inits = []
+        for u in op.results[0].uses:
+            owner = u.owner
+            n_in = len(owner.operands) - len(owner.results)
+            if owner.name.startswith("linalg.") and u.operand_number >= n_in:
+                inits.append((owner, u.operand_number))
+        for owner, number in inits[1:]:
+            with ir.InsertionPoint(owner):
+                clone = op.clone()
+            owner.operands[number] = clone.results[0]
 
 
 def _kind(func: ir.Operation) -> str | None:

@@ -286,6 +286,9 @@ def for_emitter(emitter: str):
     return {
         "mma": matmul_kernel,
         "matmul": matmul_kernel,
+        # one matmul over the concatenated N ranges (meta's problem N is their sum)
+        "horizontal_mma": matmul_kernel,
+        "horizontal": matmul_kernel,
         "attention_mma": attention_kernel,
         "attention": attention_kernel,
     }.get(emitter)

@@ -19,6 +19,7 @@ output    mma (tensor cores, cp.async pipeline), matmul (SIMT tile), fallback
 attention attention_mma (f16/bf16 tensor cores), attention (SIMT), fallback
 conv      conv (direct convolution, channels x columns per thread), fallback
 scan      scan (warp/block scan per row: shuffles up, warp totals in shared memory), fallback
+horizontal horizontal_mma (one tensor-core kernel over the siblings' N ranges), horizontal (SIMT), fallback
 opaque    fallback (grid-stride loop)
 ========  ==================================================================
 """
@@ -40,6 +41,7 @@ from .attention_mma import emit_attention_mma
 from .conv import emit_conv
 from .group import Group, NotChosen, is_view_only, prepare
 from .kernel import KernelBuilder, Unsupported
+from .horizontal import emit_horizontal_mma, emit_horizontal_simt
 from .loop import emit_fallback, emit_loop
 from .matmul import emit_matmul, emit_mma
 from .options import CodegenOptions
@@ -57,6 +59,8 @@ EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
     "attention": emit_attention,
     "conv": emit_conv,
     "scan": emit_scan,
+    "horizontal_mma": emit_horizontal_mma,
+    "horizontal": emit_horizontal_simt,
     "fallback": emit_fallback,
 }
 ORDER = {
@@ -66,6 +70,7 @@ ORDER = {
     "attention": ("attention_mma", "attention", "fallback"),
     "conv": ("conv", "fallback"),
     "scan": ("scan", "fallback"),
+    "horizontal": ("horizontal_mma", "horizontal", "fallback"),
     "opaque": ("fallback",),
 }
 PTXAS_OPTIONS = ("-O3",)

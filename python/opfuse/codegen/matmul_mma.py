@@ -41,13 +41,13 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, gpu, memref, vector
 
-from . import async_copy, mma
+from . import async_copy, estimate, mma
 from .evaluate import Evaluator, Val, compose, maps_of
 from .group import Group, NotChosen, require
 from .kernel import KernelBuilder, Shared, delinearize, linearize
 from .lanes import Kind, analyze
 from .matmul import Contraction, store_outputs
-from .matmul_tiles import Tiles, choose
+from .matmul_tiles import Tiles, choose, configure
 
 WARP = 32
 #: Bytes per copy, largest first (cp.async moves 16, 8 or 4 bytes).
@@ -118,13 +118,92 @@ def emit_mma(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     return kb
 
 
+def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Contraction]],
+                parts: list[Group], dispatch) -> KernelBuilder:
+    """A horizontal kernel (:mod:`.horizontal`): ``dispatch(kb, tiles, build)`` runs, per
+    range of blocks, this emitter's pipeline for each of the range's contractions (one
+    after the other when an epilogue reads two) and the epilogue of its part of the group.
+    One tile shape for all (chosen for the whole N); shared memory sized for the largest
+    slab layout."""
+    opts = group.options
+    cs = [c for r in ranges for c in r]
+    kinds = {str(c.a_type) + "x" + str(c.b_type) for c in cs}
+    require(len(kinds) == 1, "siblings with different operand types")
+    first = cs[0]
+    kind = mma.kind_for(first.a_type, first.b_type, allow_tf32=opts.allow_tf32)
+    if kind is None:
+        if str(first.a_type) == "f32" and str(first.b_type) == "f32":
+            raise NotChosen("f32 operands (TF32 not allowed)")
+        require(False, f"no tensor-core kind for {first.a_type} x {first.b_type} operands")
+    for c in cs:
+        require(str(c.c_type) == "f32", f"a {c.c_type} accumulator (tensor cores sum in f32)")
+        require(c.payload_is_mul_add(), "a contraction payload that is not acc + a * b")
+    M, K = first.M, first.K
+    b_ks = [[_runs_along_k(part, c, 1) for c in r] for r, part in zip(ranges, parts)]
+    a_k = _runs_along_k(parts[0], first, 0)
+    n_total = sum(r[0].N for r in ranges)
+    t = choose(M, n_total, K, first.n_batch, kind, opts.target, a_k, all(b for r in b_ks for b in r))
+    if any(len(r) > 1 for r in ranges):
+        # a pair keeps two sets of accumulators: at most 64 x 64 per block of 4 warps
+        made = configure(64, 64, 2, 2, K, kind, a_k, b_ks[0][0], estimate.device(opts.target).smem_per_block)
+        require(made is not None, "no tile for paired siblings fits in shared memory")
+        t = made[0] if t.bm * t.bn > 64 * 64 else t
+    tiles = [-(-r[0].N // t.bn) for r in ranges]
+    grid = (sum(tiles), -(-M // t.bm), first.n_batch)
+    require(grid[1] <= 65535 and grid[2] <= 65535, "too many tiles")
+
+    def operands(c: Contraction, b_k: bool) -> list[_Operand]:
+        out = []
+        for j, (extent, size, k_major) in enumerate(((t.bm, c.M, a_k), (t.bn, c.N, b_k))):
+            ld = mma.shared_ld(t.bk if k_major else extent, kind, k_major)
+            out.append(_Operand(j, extent, size, k_major, ld, (extent if k_major else t.bk) * ld))
+        return out
+
+    layouts = [operands(c, b) for r, bs in zip(ranges, b_ks) for c, b in zip(r, bs)]
+    shared = [Shared(t.stages * max(o[j].stage for o in layouts), kind.element) for j in (0, 1)]
+    kb = KernelBuilder(module, name, group.params, grid, (t.threads, 1, 1), shared)
+    by, bz = kb.add_dim(kb.block_id[1]), kb.add_dim(kb.block_id[2])
+    staging = []
+
+    def build(i: int, bx) -> None:
+        kernels = []
+        for c, b_k in zip(ranges[i], b_ks[i]):
+            ops = operands(c, b_k)
+            for o, smem in zip(ops, kb.shared):
+                o.smem = smem
+            kernels.append(_Kernel(kb, parts[i], c, kind, t, ops, block=[bx, by, bz]))
+        finals = []
+        for n, k in enumerate(kernels):
+            if n:  # every warp is done with the slabs before the next sibling restages them
+                with kb.emitting():
+                    gpu.barrier()
+            finals.append(k.mainloop())
+            staging.append(["cp.async" if d else "loads" for d in (k.ops[0].direct, k.ops[1].direct)])
+        kernels[0].epilogue(finals[0], list(zip(kernels[1:], finals[1:])))
+
+    dispatch(kb, tiles, build)
+    kb.vector_lanes = 2 if all(c.N % 2 == 0 for c in cs) else 1
+    kb.meta = {
+        "mma": kind.name,
+        "tile": [t.bm, t.bn, t.bk],
+        "warps": [t.warps_m, t.warps_n],
+        "stages": t.stages,
+        "problem": [first.n_batch, M, n_total, K],
+        "ranges": [r[0].N for r in ranges],
+        "operands": str(first.a_type),
+        "staging": staging[0],
+    }
+    return kb
+
+
 class _Kernel:
     """The kernel body, built in :meth:`build`."""
 
-    def __init__(self, kb, group, c: Contraction, kind: mma.MmaKind, t: Tiles, ops):
+    def __init__(self, kb, group, c: Contraction, kind: mma.MmaKind, t: Tiles, ops, block=None):
         self.kb, self.group, self.c, self.kind, self.t, self.ops = kb, group, c, kind, t, ops
         self.leaves = group.leaves(kb.params)
-        bx, by, bz = (kb.add_dim(v) for v in kb.block_id)
+        # the tile's block index: the block id, or the horizontal kernel's within its range
+        bx, by, bz = block or [kb.add_dim(v) for v in kb.block_id]
         self.tid = kb.add_dim(kb.thread_id[0])
         self.batch = delinearize(bz, c.batch_shape) if c.loops.batch else []
         ops[0].base, ops[1].base = by * t.bm, bx * t.bn
@@ -136,6 +215,15 @@ class _Kernel:
 
     # ----- the pipeline ----------------------------------------------------------------
     def build(self) -> None:
+        self.epilogue(self.mainloop())
+
+    def epilogue(self, finals: list, others: list = ()) -> None:
+        """Store the group's outputs from ``finals``; ``others`` pairs further kernels of
+        this tile (the horizontal kernel's siblings that one epilogue reads) with theirs."""
+        self._epilogue(finals, self.t.warp_m // 16, self.t.warp_n // 8, others)
+
+    def mainloop(self) -> list:
+        """The pipeline over K; returns the accumulators (in accumulator order)."""
         kb, t, c = self.kb, self.t, self.c
         KT = -(-c.K // t.bk)
         S = t.stages
@@ -163,7 +251,7 @@ class _Kernel:
 
         finals = kb.for_(kb.index(0), kb.index(KT), kb.index(1), inits, body)
         async_copy.wait(kb, 0)  # nothing is left in flight at exit
-        self._epilogue(finals, mi, ni)
+        return finals
 
     def _compute(self, slot: ir.AffineExpr, accs: list, mi: int, ni: int) -> list:
         """The MMAs of one slab: per k-step, each warp's A fragments (16 rows each), B
@@ -339,25 +427,26 @@ class _Kernel:
                 out += tile
         return out
 
-    def _epilogue(self, finals: list, mi: int, ni: int) -> None:
+    def _epilogue(self, finals: list, mi: int, ni: int, others=()) -> None:
         kb, c = self.kb, self.c
         vt = ir.VectorType.get([2], ir.F32Type.get(kb.ctx), loc=ir.Location.unknown(kb.ctx))
         for i in range(mi):
             for j in range(ni):
-                acc = finals[4 * (i * ni + j) : 4 * (i * ni + j) + 4]
+                at = slice(4 * (i * ni + j), 4 * (i * ni + j) + 4)
                 with kb.at(kb.ip):
                     for r, cl, ok, elems in self._points(i, j):
                         dr, dc = kb.add_dim(r), kb.add_dim(cl)
                         ev = self._evaluator(dc)
-                        idx = self._c_point(dr, dc)
-                        if len(elems) == 2:
-                            with kb.emitting():
-                                pair = vector.from_elements(vt, [acc[e] for e in elems])
-                            v = Val(pair, False)
-                        else:
-                            v = Val(acc[elems[0]], True)
-                        ev.preset(c.op.results[0], idx, v)
-                        store_outputs(kb, ev, self.group, c, idx, ok)
+                        for k, accs in ((self, finals), *others):
+                            acc = accs[at]
+                            if len(elems) == 2:
+                                with kb.emitting():
+                                    pair = vector.from_elements(vt, [acc[e] for e in elems])
+                                v = Val(pair, False)
+                            else:
+                                v = Val(acc[elems[0]], True)
+                            ev.preset(k.c.op.results[0], k._c_point(dr, dc), v)
+                        store_outputs(kb, ev, self.group, c, self._c_point(dr, dc), ok)
 
 
 def _scalars(kb: KernelBuilder, ev: Evaluator, v: Val, lanes: int) -> list:

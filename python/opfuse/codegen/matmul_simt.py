@@ -70,106 +70,173 @@ def rows_per_thread() -> int:
 
 def emit_simt(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     c = Contraction.of(group)
-    op, loops = c.op, c.loops
-    dom = loops.dom
-    M, N, K = c.M, c.N, c.K
-    a_type, b_type = c.a_type, c.b_type
-    lanes = TILE_N if N % TILE_N == 0 else 1
-    tn = lanes
-    tm = rows_per_thread()
-    bm, bn, bk = THREADS[1] * tm, THREADS[0] * tn, min(SLAB_K, K)
-    lda, ldb = bm + PAD, bn + PAD
-    grid = (-(-N // bn), -(-M // bm), c.n_batch)
+    shape = TileShape.of([c])
+    grid = (-(-c.N // shape.bn), -(-c.M // shape.bm), c.n_batch)
     require(grid[2] <= 65535 and grid[1] <= 65535, "too many tiles")
-    shared = [Shared(bk * lda, str(a_type)), Shared(bk * ldb, str(b_type))]
-    kb = KernelBuilder(module, name, group.params, grid, (THREADS[0], THREADS[1], 1), shared)
-    a_smem, b_smem = kb.shared
-    leaves = group.leaves(kb.params)
-    ev = Evaluator(kb, group.func, leaves, lanes=lanes)
-
-    bx, by, bz = (kb.add_dim(v) for v in kb.block_id)
-    tx, ty = kb.add_dim(kb.thread_id[0]), kb.add_dim(kb.thread_id[1])
-    # columns: one vector of `tn` per thread, clamped so partial tiles read in bounds
-    col = kb.apply(bx * bn + tx * tn)
-    col_ok = None
-    if N % bn:
-        col_ok = kb.cmp_lt(col, kb.index(N))
-        col = kb.min_index(col, kb.index(N - tn))
-    n_expr = kb.add_dim(col)
-    if lanes > 1:
-        ev.vdim = frozenset([n_expr.position])
-    rows, row_ok = [], []
-    for i in range(tm):
-        r = kb.apply(by * bm + ty * tm + i)
-        ok = None
-        if M % bm:
-            ok = kb.cmp_lt(r, kb.index(M))
-            r = kb.min_index(r, kb.index(M - 1))
-        rows.append(kb.add_dim(r))
-        row_ok.append(ok)
-    batch_exprs = delinearize(bz, c.batch_shape) if loops.batch else []
-    zero = ir.AffineConstantExpr.get(0, kb.ctx)
-
-    def point(m_expr, n_e, k_expr) -> list:
-        return c.point(batch_exprs, m_expr, n_e, k_expr, kb.ctx)
-
-    def operand_index(j: int, p: list) -> tuple:
-        return c.operand_index(j, p, kb)
-
-    c_points = [operand_index(2, point(rows[i], n_expr, zero)) for i in range(tm)]
-    inits = [ev.value(op.operands[2], c_points[i]) for i in range(tm)]
-    init_ssa = [ev.as_vector(v) for v in inits]
-    tid = tx + ty * THREADS[0]
-    slabs = [
-        _Slab(0, a_smem, lda, bm, M, by * bm, lambda g, k: point(g, zero, k)),
-        _Slab(1, b_smem, ldb, bn, N, bx * bn, lambda g, k: point(zero, g, k)),
-    ]
-
-    def body(iv, accs):
-        k0 = kb.add_dim(iv)
-        for slab in slabs:
-            _stage(kb, group, leaves, op, slab, tid, k0, bk, K)
-        with kb.emitting():
-            gpu.barrier()
-        accs = [Val(a, lanes == 1) for a in accs]
-        a_vt = ir.VectorType.get([tm], a_type)
-        ev.contract = True
-        for kk in range(bk):
-            k_expr = k0 + kk if kk else k0
-            a_addr = kb.apply(ty * tm + kk * lda)
-            b_addr = kb.apply(tx * tn + kk * ldb)
-            with kb.emitting():
-                a_vec = vector.load(
-                    a_vt, a_smem, [a_addr], alignment=min(16, element_bytes(a_type) * tm)
-                )
-                a_vals = [vector.extract(a_vec, [], [i]) for i in range(tm)]
-                if tn > 1:
-                    b_vt = ir.VectorType.get([tn], b_type)
-                    b_val = Val(
-                        vector.load(b_vt, b_smem, [b_addr], alignment=element_bytes(b_type) * tn),
-                        False,
-                    )
-                else:
-                    b_val = Val(memref.load(b_smem, [b_addr]), True)
-            for i in range(tm):
-                p = point(rows[i], n_expr, k_expr)
-                ev.preset(op.operands[0], operand_index(0, p), Val(a_vals[i], True))
-                ev.preset(op.operands[1], operand_index(1, p), b_val)
-                res = ev.payload(op, p, [accs[i]])[0]
-                accs[i] = Val(ev.as_vector(res), lanes == 1)
-        ev.contract = False
-        with kb.emitting():
-            gpu.barrier()
-        return [a.ssa for a in accs]
-
-    finals = kb.for_(kb.index(0), kb.index(K), kb.index(bk), init_ssa, body)
-    for i in range(tm):
-        ev.preset(op.results[0], c_points[i], Val(finals[i], lanes == 1))
-    for i in range(tm):
-        store_outputs(kb, ev, group, c, c_points[i], kb.and_(row_ok[i], col_ok))
-    kb.vector_lanes = lanes
-    kb.meta = {"tile": [bm, bn, bk], "problem": [c.n_batch, M, N, K], "operands": str(a_type)}
+    kb = KernelBuilder(module, name, group.params, grid, (THREADS[0], THREADS[1], 1),
+                       shape.shared([c]))
+    tile = SimtTile(kb, group, c, shape, [kb.add_dim(v) for v in kb.block_id])
+    tile.store([(c, tile.mainloop(c))])
+    kb.vector_lanes = shape.lanes
+    kb.meta = {"tile": [shape.bm, shape.bn, shape.bk], "problem": [c.n_batch, c.M, c.N, c.K],
+               "operands": str(c.a_type)}
     return kb
+
+
+@dataclass(frozen=True)
+class TileShape:
+    """A block's tile: ``tm`` rows and ``lanes`` columns per thread, ``bm x bn`` per block,
+    K slabs of ``bk``."""
+
+    tm: int
+    lanes: int
+    bk: int
+
+    @property
+    def bm(self) -> int:
+        return THREADS[1] * self.tm
+
+    @property
+    def bn(self) -> int:
+        return THREADS[0] * self.lanes
+
+    @classmethod
+    def of(cls, cs: list[Contraction]) -> "TileShape":
+        """The tile for contractions ``cs`` (one, or siblings over one A: the horizontal
+        kernel's); vectors of TILE_N columns when every N allows them."""
+        lanes = TILE_N if all(c.N % TILE_N == 0 for c in cs) else 1
+        return cls(rows_per_thread(), lanes, min(SLAB_K, min(c.K for c in cs)))
+
+    def shared(self, cs: list[Contraction]) -> list[Shared]:
+        """The A and B slabs (one pair of buffers, reused by each contraction in turn)."""
+        require(len({str(c.a_type) for c in cs}) == 1 and len({str(c.b_type) for c in cs}) == 1,
+                "sibling contractions with different operand types")
+        return [Shared(self.bk * (self.bm + PAD), str(cs[0].a_type)),
+                Shared(self.bk * (self.bn + PAD), str(cs[0].b_type))]
+
+
+class SimtTile:
+    """One block's ``bm x bn`` tile of C: its threads' rows and columns, the K loop of a
+    contraction (:meth:`mainloop`, run once per contraction that shares the tile) and the
+    epilogue that stores the group's outputs from the accumulators (:meth:`store`).
+
+    ``block`` is the tile's (x, y, z) block index as affine dims: the block id, or (the
+    horizontal kernel) the block id less the first block of this tile's N range.
+    """
+
+    def __init__(self, kb: KernelBuilder, group: Group, c: Contraction, shape: TileShape,
+                 block: list):
+        self.kb, self.group, self.c, self.shape = kb, group, c, shape
+        tm, lanes = shape.tm, shape.lanes
+        bm, bn = shape.bm, shape.bn
+        M, N = c.M, c.N
+        self.leaves = group.leaves(kb.params)
+        self.ev = Evaluator(kb, group.func, self.leaves, lanes=lanes)
+        bx, by, bz = block
+        self.bx, self.by = bx, by
+        tx, ty = kb.add_dim(kb.thread_id[0]), kb.add_dim(kb.thread_id[1])
+        self.tx, self.ty = tx, ty
+        # columns: one vector of `lanes` per thread, clamped so partial tiles read in bounds
+        col = kb.apply(bx * bn + tx * lanes)
+        self.col_ok = None
+        if N % bn:
+            self.col_ok = kb.cmp_lt(col, kb.index(N))
+            col = kb.min_index(col, kb.index(N - lanes))
+        self.n_expr = kb.add_dim(col)
+        if lanes > 1:
+            self.ev.vdim = frozenset([self.n_expr.position])
+        self.rows, self.row_ok = [], []
+        for i in range(tm):
+            r = kb.apply(by * bm + ty * tm + i)
+            ok = None
+            if M % bm:
+                ok = kb.cmp_lt(r, kb.index(M))
+                r = kb.min_index(r, kb.index(M - 1))
+            self.rows.append(kb.add_dim(r))
+            self.row_ok.append(ok)
+        self.batch = delinearize(bz, c.batch_shape) if c.loops.batch else []
+        self.zero = ir.AffineConstantExpr.get(0, kb.ctx)
+        self.tid = tx + ty * THREADS[0]
+
+    def c_points(self, c: Contraction) -> list:
+        return [c.operand_index(2, c.point(self.batch, r, self.n_expr, self.zero, self.kb.ctx),
+                                self.kb) for r in self.rows]
+
+    def mainloop(self, c: Contraction) -> list:
+        """The accumulators of ``c`` (M, N, K and batch as the tile's) at the thread's
+        points, after the K loop over shared-memory slabs."""
+        kb, ev, shape = self.kb, self.ev, self.shape
+        op = c.op
+        tm, lanes, bm, bn, bk = shape.tm, shape.lanes, shape.bm, shape.bn, shape.bk
+        K = c.K
+        a_type, b_type = c.a_type, c.b_type
+        a_smem, b_smem = kb.shared
+        lda, ldb = bm + PAD, bn + PAD
+        rows, n_expr, zero, batch = self.rows, self.n_expr, self.zero, self.batch
+        tx, ty = self.tx, self.ty
+
+        def point(m_expr, n_e, k_expr) -> list:
+            return c.point(batch, m_expr, n_e, k_expr, kb.ctx)
+
+        inits = [ev.value(op.operands[2], p) for p in self.c_points(c)]
+        init_ssa = [ev.as_vector(v) for v in inits]
+        slabs = [
+            _Slab(0, a_smem, lda, bm, c.M, self.by * bm, lambda g, k: point(g, zero, k)),
+            _Slab(1, b_smem, ldb, bn, c.N, self.bx * bn, lambda g, k: point(zero, g, k)),
+        ]
+
+        def body(iv, accs):
+            k0 = kb.add_dim(iv)
+            for slab in slabs:
+                _stage(kb, self.group, self.leaves, op, slab, self.tid, k0, bk, K)
+            with kb.emitting():
+                gpu.barrier()
+            accs = [Val(a, lanes == 1) for a in accs]
+            a_vt = ir.VectorType.get([tm], a_type)
+            ev.contract = True
+            for kk in range(bk):
+                k_expr = k0 + kk if kk else k0
+                a_addr = kb.apply(ty * tm + kk * lda)
+                b_addr = kb.apply(tx * lanes + kk * ldb)
+                with kb.emitting():
+                    a_vec = vector.load(
+                        a_vt, a_smem, [a_addr], alignment=min(16, element_bytes(a_type) * tm)
+                    )
+                    a_vals = [vector.extract(a_vec, [], [i]) for i in range(tm)]
+                    if lanes > 1:
+                        b_vt = ir.VectorType.get([lanes], b_type)
+                        b_val = Val(
+                            vector.load(b_vt, b_smem, [b_addr],
+                                        alignment=element_bytes(b_type) * lanes),
+                            False,
+                        )
+                    else:
+                        b_val = Val(memref.load(b_smem, [b_addr]), True)
+                for i in range(tm):
+                    p = point(rows[i], n_expr, k_expr)
+                    ev.preset(op.operands[0], c.operand_index(0, p, kb), Val(a_vals[i], True))
+                    ev.preset(op.operands[1], c.operand_index(1, p, kb), b_val)
+                    res = ev.payload(op, p, [accs[i]])[0]
+                    accs[i] = Val(ev.as_vector(res), lanes == 1)
+            ev.contract = False
+            with kb.emitting():
+                gpu.barrier()
+            return [a.ssa for a in accs]
+
+        return kb.for_(kb.index(0), kb.index(K), kb.index(bk), init_ssa, body)
+
+    def store(self, finals: list[tuple[Contraction, list]]) -> None:
+        """Every output of the group from the accumulators: ``finals`` pairs each
+        contraction the tile ran with its :meth:`mainloop` result (an epilogue may read
+        several: SwiGLU's ``silu(x @ W1) * (x @ W3)``)."""
+        lanes = self.shape.lanes
+        for c, accs in finals:
+            for p, acc in zip(self.c_points(c), accs):
+                self.ev.preset(c.op.results[0], p, Val(acc, lanes == 1))
+        first = finals[0][0]
+        for i, p in enumerate(self.c_points(first)):
+            store_outputs(self.kb, self.ev, self.group, first, p,
+                          self.kb.and_(self.row_ok[i], self.col_ok))
 
 
 @dataclass(frozen=True)
@@ -266,4 +333,4 @@ def _staging_layout(kb, group, leaves, op, slab: _Slab, bk: int, K: int) -> tupl
     return along_k, min(STAGE_LANES, vector_width(elem, math.gcd(inner, whole)))
 
 
-__all__ = ["TILE_M_CHOICES", "emit_simt", "rows_per_thread"]
+__all__ = ["SimtTile", "TILE_M_CHOICES", "TileShape", "emit_simt", "rows_per_thread"]

@@ -143,6 +143,7 @@ def _legend(kernels: list[dict[str, Any]]) -> str:
     what = {"loop": "elementwise / injective", "input": "reduction root",
             "output": "matmul root + epilogue", "conv": "convolution root + epilogue",
             "attention": "Q·Kᵀ → softmax → P·V, S on chip", "scan": "running sum (cumsum)",
+            "horizontal": "sibling matmuls over one LHS",
             "opaque": "not fusible"}
     items = "".join(
         f'<span class="lg"><span class="sw kind-{k}"></span>{k} — {what[k]} ({counts[k]})</span>'
