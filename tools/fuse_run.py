@@ -462,7 +462,7 @@ def _run(argv: list[str]) -> int:
 
     dumps = dump_folders(args, Path(filename).stem if filename != "<stdin>" else "stdin")
     common = dict(backend=args.backend, target=args.target, entry=signature.name,
-                  max_tensor_bytes=args.max_tensor_bytes)
+                  max_tensor_bytes=args.max_tensor_bytes, threads=args.threads)
     if pipeline is not None:
         fused_args: dict[str, Any] = dict(pipeline=pipeline)
     else:
@@ -746,7 +746,7 @@ def summary_lines(result: Result) -> list[str]:
     """The human-readable summary: a header line, the comparison table, the checks."""
     u, f = result.unfused, result.fused
     lines = [
-        f"fuse-run: {result.filename} @{result.signature.name} on {f.exe.backend}",
+        f"fuse-run: {result.filename} @{result.signature.name} on {_where(f.exe)}",
         f"inputs: {result.inputs_from}",
         "",
     ]
@@ -805,6 +805,7 @@ def summary_json(result: Result) -> dict[str, Any]:
         "entry": result.signature.name,
         "signature": str(result.signature),
         "backend": f.exe.backend,
+        "threads": f.exe.threads if f.exe.backend == "cpu" else None,
         "target": args.target,
         "pipeline": f.exe.report.get("pipeline"),
         "inputs": {"from": "files" if args.inputs is not None else "random",
@@ -843,6 +844,13 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
+
+
+def _where(exe: Executable) -> str:
+    """``cpu, 2 threads`` (the CPU backend's thread count), or the backend's name."""
+    if exe.backend != "cpu":
+        return exe.backend
+    return f"cpu, {exe.threads} thread{'s' if exe.threads != 1 else ''}"
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -967,6 +975,9 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
     g.add_argument("--tolerance", type=_tolerance, metavar="RTOL,ATOL",
                    help="tolerance for every output (default: per element type, below)")
     g = p.add_argument_group("timing")
+    g.add_argument("--threads", type=_count, metavar="N",
+                   help="threads of the CPU backend's parallel loops (default: "
+                   f"${config.CPU_THREADS.name}, else every usable core; 0: every core)")
     g.add_argument("--repeat", type=_count, default=DEFAULT_REPEAT, metavar="N",
                    help=f"timed calls of each program; the median and min are shown "
                    f"(default: {DEFAULT_REPEAT}; 0: check only)")

@@ -65,6 +65,7 @@ def compile(  # noqa: A001  (the public name the issue asks for)
     dump_dir: str | os.PathLike | None = None,
     entry: str | None = None,
     max_tensor_bytes: int | str | None = None,
+    threads: int | None = None,
     **pass_options: Any,
 ) -> Executable:
     """Compile ``source`` with the fusion pipeline and return a runnable Executable.
@@ -79,6 +80,9 @@ def compile(  # noqa: A001  (the public name the issue asks for)
         entry: the function to run (default: the only public function).
         max_tensor_bytes: the input contract's tensor size limit (bytes, or "16GiB");
             default ``OPFUSE_MAX_TENSOR_BYTES``.
+        threads: threads of the CPU backend's parallel tile loops (default
+            ``OPFUSE_CPU_THREADS``, else every usable core; 1: single-threaded code);
+            ``Executable.threads`` says what was used.
         **pass_options: options for every default pass that has them (``delta=0.2``,
             ``r_limit=64``, ``disable=("opfuse-fuse-reduction",)``).
 
@@ -93,7 +97,7 @@ def compile(  # noqa: A001  (the public name the issue asks for)
     """
     try:
         return _compile(source, backend, target, pipeline, fusion, dump_dir, entry,
-                        max_tensor_bytes, pass_options)
+                        max_tensor_bytes, threads, pass_options)
     except OpfuseError:
         raise
     except RecursionError as e:
@@ -105,7 +109,8 @@ def compile(  # noqa: A001  (the public name the issue asks for)
 
 def _compile(source: Any, backend: str, target: str, pipeline: Pipeline | str | None,
              fusion: bool, dump_dir: str | os.PathLike | None, entry: str | None,
-             max_tensor_bytes: int | str | None, pass_options: dict[str, Any]) -> Executable:
+             max_tensor_bytes: int | str | None, threads: int | None,
+             pass_options: dict[str, Any]) -> Executable:
     if isinstance(max_tensor_bytes, str):
         max_tensor_bytes = contract.parse_bytes(max_tensor_bytes, "max_tensor_bytes")
     module = load_source(source, limits=contract.Limits(max_tensor_bytes))
@@ -116,7 +121,7 @@ def _compile(source: Any, backend: str, target: str, pipeline: Pipeline | str | 
     report = build_report(before, module, ledger, target=target)
     report["pipeline"] = str(pipe)
     return Executable({"linalg": linalg_text, "fused": module}, entry,
-                      backend=resolve_backend(backend), report=report)
+                      backend=resolve_backend(backend), report=report, threads=threads)
 
 
 def _choose_pipeline(pipeline: Pipeline | str | None, fusion: bool, target: str,

@@ -93,6 +93,12 @@ MAX_TENSOR_BYTES = env(
     "opfuse.compile(max_tensor_bytes=)",
     default="16GiB",
 )
+CPU_THREADS = env(
+    "OPFUSE_CPU_THREADS",
+    "threads of the CPU backend's parallel tile loops (0 or unset: every usable core; 1: "
+    "single-threaded code that needs no runtime library); opfuse.compile(threads=), "
+    "fuse-run --threads",
+)
 TEMP_DIR = env(
     "OPFUSE_TEMP_DIR",
     "root of opfuse's temporary folders (reproducers of internal errors, libraries "

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from opfuse import ir as oir
+from opfuse.codegen import cpu_threads
 from opfuse.frontends.graphs import graphs
 from opfuse.runtime.executable import (
     Signature,
@@ -59,7 +60,9 @@ def test_table_on_small_g2(g2, capsys):
     out, err = capsys.readouterr()
     assert err == ""
     lines = out.splitlines()
-    assert lines[0] == f"fuse-run: {g2} @g2_elementwise_chain on cpu"
+    threads = cpu_threads.resolve_threads()
+    assert lines[0] == (f"fuse-run: {g2} @g2_elementwise_chain on cpu, "
+                        f"{threads} thread{'s' if threads != 1 else ''}")
     assert lines[1] == "inputs: random uniform [-1, 1), seed 0"
     rows = {line.split("  ")[0]: line.split() for line in lines if line}
     assert rows["kernels"][1:] == ["6", "1", "-5"]
@@ -67,6 +70,18 @@ def test_table_on_small_g2(g2, capsys):
     assert "time median" in out and "time min" in out
     assert "timing: 2 calls of each, fused and unfused interleaved" in out
     assert rows["#0"] == ["#0", "tensor<512x512xf32>", "0", "0", "1e-05", "1e-06", "ok"]
+
+
+def test_thread_count_is_reported_and_chosen(g2, capsys, monkeypatch):
+    """--threads N compiles for N threads and says so; OPFUSE_CPU_THREADS is the default."""
+    assert fuse_run.main([str(g2), "--repeat", "0", "--threads", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(" on cpu, 1 thread")
+    monkeypatch.setenv("OPFUSE_CPU_THREADS", "2")
+    rc, doc = run_json(capsys, g2, "--repeat", "0")
+    assert rc == 0 and doc["threads"] == 2 and doc["ok"] is True
+    monkeypatch.setenv("OPFUSE_CPU_THREADS", "many")
+    assert fuse_run.main([str(g2), "--repeat", "0"]) == 1
+    assert "OPFUSE_CPU_THREADS='many'" in capsys.readouterr().err
 
 
 def test_json_has_every_figure(g2, capsys):

@@ -465,6 +465,11 @@ def test_seed_mlp_example_prints_the_comparison():
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
     assert "on a 256x256 float32 input" in text
+    # opfuse and torch on the same number of threads (every usable core by default)
+    if "opfuse backend: cpu" in text:
+        threads = re.search(r"opfuse backend: cpu, (\d+) thread\(s\); torch threads: (\d+)",
+                            text)
+        assert threads and threads.group(1) == threads.group(2), text
     kernels = re.search(r"kernels: (\d+) before fusion -> (\d+) after fusion", text)
     before, after = map(int, kernels.groups())
     assert after < before

@@ -28,7 +28,7 @@ from mlir.dialects import linalg, tensor
 
 from ..errors import OpfuseError
 from ..ir import clone_module, format_location  # noqa: F401  (clone_module re-exported)
-from . import cpu_buffers, cpu_math, cpu_matmul, cpu_reductions, cpu_tiling
+from . import cpu_buffers, cpu_math, cpu_matmul, cpu_reductions, cpu_threads, cpu_tiling
 from .cpu_kernels import (  # noqa: F401  (re-exported: the tests and tools use them here)
     KERNEL_PIPELINE,
     KERNEL_PREFIX,
@@ -53,8 +53,9 @@ STAGE = "cpu"
 _mlir_opt = mlir_opt
 
 
-def lowering_stages() -> list[Stage]:
-    """The whole-module lowering after kernel preparation, in order."""
+def lowering_stages(threads: int = 1) -> list[Stage]:
+    """The whole-module lowering after kernel preparation, in order, for ``threads``
+    threads (:mod:`opfuse.codegen.cpu_threads`)."""
     return [
         # Tensors to buffers through calls: identity layouts at function boundaries so
         # every argument is a plain contiguous memref the runtime can describe from a
@@ -62,10 +63,11 @@ def lowering_stages() -> list[Stage]:
         # copied instead).
         Stage("bufferize", "one-shot-bufferize{bufferize-function-boundaries "
                            "function-boundary-type-conversion=identity-layout-map}"),
-        # The kernels' tile loops (cpu_tiling.py), now on buffers, run in order; what a
+        # The kernels' tile loops (cpu_tiling.py), now on buffers: in order on one
+        # thread, parallel loops for the async runtime on more (cpu_threads.py); what a
         # tile reads whole (a matmul's B: a subview with constant offsets) moves out of
         # the loop, where the matmul kernels pack it once.
-        Stage("tile-loops", "scf-forall-to-for"),
+        Stage("tile-loops", cpu_threads.tile_loop_stage(threads)),
         Stage("hoist-invariants", "loop-invariant-code-motion"),
         # Memref results become out-parameters, the public function's too: the runtime
         # allocates outputs as numpy arrays and the JIT code writes into them. A callee
@@ -94,6 +96,10 @@ def lowering_stages() -> list[Stage]:
         # The other loops over memrefs; LLVM at O3 vectorizes the innermost ones.
         Stage("linalg-to-loops", "convert-linalg-to-loops"),
         Stage("lower-affine", "lower-affine"),
+        # More than one thread: each parallel tile loop becomes blocks of iterations run
+        # as tasks of MLIR's async runtime, the caller waiting for all of them (after the
+        # loops inside a tile are scf.for, before scf-to-cf: the pass wants scf.parallel).
+        *(Stage(f"threads-{i}", p) for i, p in enumerate(cpu_threads.async_stages(threads))),
         Stage("scf-to-cf", "convert-scf-to-cf"),
         # f16/bf16: every op computes in f32 and rounds its result (like numpy's float16).
         # bf16 extf/truncf become integer bit operations (arith-expand): no runtime helper.
@@ -130,7 +136,13 @@ def lowering_stages() -> list[Stage]:
 LOWERING_PIPELINE = pipeline_text(lowering_stages())
 
 
-def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True) -> ir.Module:
+#: Module attribute of the lowered module: the thread count it was compiled for (the
+#: runtime loads the async runtime library when it is above 1).
+THREADS_ATTR = "opfuse.cpu_threads"
+
+
+def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True,
+                  threads: int | None = None) -> ir.Module:
     """Lower a linalg-on-tensors module to the LLVM dialect, ready for the ExecutionEngine.
 
     Args:
@@ -138,6 +150,9 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True) -> ir.Module:
             in the same context).
         fuse_kernels: merge the ops of each private ``fusion_*`` function into as few loop
             nests as upstream elementwise fusion allows (see :data:`KERNEL_PIPELINE`).
+        threads: threads the tile loops run on (:func:`opfuse.codegen.cpu_threads.
+            resolve_threads`: None reads ``OPFUSE_CPU_THREADS``, default every usable
+            core); recorded as the module attribute :data:`THREADS_ATTR`.
 
     Returns:
         A new module in the LLVM dialect. Every function that returned tensors now takes
@@ -151,6 +166,7 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True) -> ir.Module:
             replays the failing pipeline on the saved reproducer).
     """
     _check_self_contained(module)
+    threads = cpu_threads.resolve_threads(threads)
     copy = clone_module(module)
     protect_arguments(copy)
     _add_c_interfaces(copy)
@@ -158,9 +174,17 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True) -> ir.Module:
     cpu_tiling.tile_kernels(copy)
     copy_shared_results(copy)
     prefix_symbols(copy)
-    run_stages(copy, lowering_stages())
+    run_stages(copy, lowering_stages(threads))
     _check_lowered(copy)
+    copy.operation.attributes[THREADS_ATTR] = ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(64, copy.context), threads)
     return copy
+
+
+def compiled_threads(llvm_module: ir.Module) -> int:
+    """The thread count :func:`lower_to_llvm` compiled ``llvm_module`` for (1 if unknown)."""
+    attrs = llvm_module.operation.attributes
+    return ir.IntegerAttr(attrs[THREADS_ATTR]).value if THREADS_ATTR in attrs else 1
 
 
 #: The argument attribute one-shot-bufferize reads: a buffer it must never write into.

