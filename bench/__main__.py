@@ -33,9 +33,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    f"(default: {DEFAULT_OUT})")
     p.add_argument("--quick", action="store_true", help="smoke run: G2 at scale 64, numpy "
                    "peer only, tiny scaling sizes; seconds (what CI runs)")
-    p.add_argument("--no-peers", action="store_true", help="skip torch and jax")
-    p.add_argument("--threads", type=int, default=1, help="threads for the peers (default 1, "
-                   "like opfuse's single-threaded CPU code; 0 = library defaults)")
+    p.add_argument("--no-peers", action="store_true", help="skip torch and jax (numpy and "
+                   "IREE still run)")
+    p.add_argument("--threads", type=int, default=1, help="threads for opfuse's CPU code and "
+                   "the peers (default 1; 0 = every core for opfuse, library defaults for "
+                   "the peers); IREE runs on 1 thread and on all cores either way")
     p.add_argument("--budget", type=float, default=None, help="seconds of interleaved timing "
                    "per graph (default 20; --quick 0.5)")
     p.add_argument("--zoo", nargs="?", const="all", metavar="MODELS",
@@ -80,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"bench: {e}", file=sys.stderr)
         return 1
-    skip = [p for p in PEERS if p != "numpy"] if (args.quick or args.no_peers) else []
+    if args.quick:
+        skip = [p for p in PEERS if p != "numpy"]
+    else:  # --no-peers: torch and jax (IREE compiles the same .mlir and stays)
+        skip = [p for p in PEERS if p.startswith(("torch", "jax"))] if args.no_peers else []
     peers, missing = discover(args.threads, skip)
     print("peers found: " + (", ".join(f"{n} {p.version}" for n, p in peers.items()) or "none"))
     for name, why in missing.items():
@@ -132,6 +137,15 @@ def _print_summary(doc, out: Path) -> None:
     print(f"planning, {s['planning_largest_target_ops']}-op graph: "
           f"{s['planning_largest_s']:.3f} s wall, {s['planning_largest_cpu_s']:.3f} s CPU; "
           f"fitted exponent {s['planning_exponent']:.2f}")
+    r = s["fused_over_iree_st"]
+    if "not_available" not in r:
+        print(f"opfuse fused / IREE 1 thread (opfuse on {r['threads'] or 'all'} thread(s)): "
+              f"geomean {r['geomean']:.2f}, worst {r['worst']:.2f} ({r['worst_graph']}) over "
+              f"{r['graphs']} graphs; targets <= {r['target_geomean']}, <= {r['target_worst']}")
+        c = r["thread_cpu"]
+        if "not_available" not in c:
+            print(f"  thread CPU time: geomean {c['geomean']:.2f}, worst {c['worst']:.2f} "
+                  f"({c['worst_graph']})")
     print(f"all results match the reference: {s['all_correct']}")
     print(f"total {doc['total_run_s']:.0f} s; wrote {out / 'bench.json'}, bench.md, "
           + (", ".join(doc["files"]["charts"]) if isinstance(doc["files"]["charts"], list)

@@ -15,6 +15,12 @@ do not (much). Method:
    and beside it the ratio of the two overall medians (when the two disagree, the rounds
    did: the machine was noisy).
 
+Beside the wall time, each round records the calling thread's CPU time per call
+(``time.thread_time`` around the round's calls). On a machine shared with other work a
+single-threaded contender's wall time mostly measures how long it waited for a core; its
+thread CPU time is what it computed. It means nothing for a contender whose work runs on
+other threads (a thread pool): the runner reports it only for single-threaded ones.
+
 opfuse's programs are timed with ``Executable.time(repeat=calls, warmup=0)`` (inputs
 marshalled outside the timed calls; the output array is fresh for each round, so the
 first call of a round writes to untouched pages, as the peers' calls do).
@@ -38,6 +44,7 @@ class Samples:
     calls: int = 1
     rounds: list[float] = field(default_factory=list)  # median of each round
     all: list[float] = field(default_factory=list)
+    cpu_rounds: list[float] = field(default_factory=list)  # thread CPU s per call, per round
 
     @property
     def median_s(self) -> float:
@@ -73,9 +80,12 @@ def interleave(
     order = list(blocks)
     for r in range(rounds):
         for name in order if r % 2 == 0 else reversed(order):
+            c0 = time.thread_time()
             times = blocks[name](samples[name].calls)
+            cpu = (time.thread_time() - c0) / samples[name].calls
             samples[name].rounds.append(statistics.median(times))
             samples[name].all.extend(times)
+            samples[name].cpu_rounds.append(cpu)
     return samples
 
 
@@ -89,6 +99,20 @@ def ratio(num: Samples, den: Samples) -> dict[str, float]:
         "max": max(per_round),
         # far from "median" means the rounds disagreed: a noisy run, read with care
         "of_medians": num.median_s / den.median_s,
+    }
+
+
+def cpu_ratio(num: Samples, den: Samples) -> dict[str, float]:
+    """Like :func:`ratio`, of the calling thread's CPU time per call (single-threaded
+    contenders only: see the module docstring)."""
+    per_round = [a / b for a, b in zip(num.cpu_rounds, den.cpu_rounds) if b > 0]
+    if not per_round:
+        raise ValueError("no thread CPU time was measured")
+    return {
+        "median": statistics.median(per_round),
+        "min": min(per_round),
+        "max": max(per_round),
+        "of_medians": statistics.median(num.cpu_rounds) / statistics.median(den.cpu_rounds),
     }
 
 

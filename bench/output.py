@@ -17,7 +17,8 @@ from .peers import PEERS, not_available
 
 JSON_NAME, MD_NAME = "bench.json", "bench.md"
 PEER_LABELS = {"numpy": "numpy", "torch_eager": "torch eager",
-               "torch_compile": "torch.compile", "jax_jit": "jax.jit"}
+               "torch_compile": "torch.compile", "jax_jit": "jax.jit",
+               "iree_st": "IREE 1 thread", "iree_mt": "IREE threads"}
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -51,6 +52,11 @@ def _na(v: Any) -> bool:
 
 def _ms(fig: Any) -> str:
     return "n/a" if _na(fig) else f"{fig['median_s'] * 1e3:.2f}"
+
+
+def _fused_over(peer: Any) -> str:
+    """fused / peer time (median of the per-round ratios): < 1 means opfuse is faster."""
+    return "n/a" if _na(peer) else f"{1 / peer['ratio_to_fused']['median']:.2f}"
 
 
 def _num(v: Any, fmt: str = "{}") -> str:
@@ -99,10 +105,10 @@ def _header(doc: dict[str, Any]) -> list[str]:
 
 
 def _run_table(doc: dict[str, Any]) -> list[str]:
-    head = ("| graph | scale | kernels unfused → fused | Inductor | XLA | MB unfused → fused "
-            "| unfused ms | fused ms | speedup (min–max) | of medians | "
-            + " | ".join(f"{PEER_LABELS[p]} ms" for p in PEERS) + " |")
-    rows = [head, "|" + "---|" * (10 + len(PEERS))]
+    head = ("| graph | scale | kernels unfused → fused | Inductor | XLA | IREE | MB unfused → "
+            "fused | unfused ms | fused ms | speedup (min–max) | of medians | "
+            + " | ".join(f"{PEER_LABELS[p]} ms" for p in PEERS) + " | fused / IREE 1 thread | same, thread CPU |")
+    rows = [head, "|" + "---|" * (13 + len(PEERS))]
     for g in doc["graphs"]:
         k, b, t = g["kernels"], g["bytes"], g["time"]
         sp = t["speedup"]
@@ -112,11 +118,14 @@ def _run_table(doc: dict[str, Any]) -> list[str]:
         rows.append(
             f"| {name} | {_num(g['scale'])} | {k['before']} → {k['after']} "
             f"| {_num(k['inductor'])} "
-            f"| {_num(k['xla'])} | {b['before'] / 1e6:.1f} → {b['after'] / 1e6:.1f} "
+            f"| {_num(k['xla'])} | {_num(k['iree'])} "
+            f"| {b['before'] / 1e6:.1f} → {b['after'] / 1e6:.1f} "
             f"| {_ms(t['unfused'])} | {_ms(t['fused'])} "
             f"| **{sp['median']:.2f}×** ({sp['min']:.2f}–{sp['max']:.2f}) "
             f"| {sp['of_medians']:.2f}× | "
-            + " | ".join(_ms(t["peers"][p]) for p in PEERS) + " |"
+            + " | ".join(_ms(t["peers"][p]) for p in PEERS)
+            + f" | {_fused_over(t['peers']['iree_st'])} "
+            f"| {_fused_over(t['thread_cpu'].get('contenders', {}).get('iree_st', {'not_available': ''}))} |"
         )
     rows.append("")
     for s in doc["skipped"]:
@@ -128,14 +137,30 @@ def _run_table(doc: dict[str, Any]) -> list[str]:
         "rounds of the per-round ratio; 'of medians' = ratio of the two median times (far "
         "apart: a noisy run). Times are medians of all calls (shared, noisy "
         "machine: compare ratios, not absolute times). MB = device bytes read + written, "
-        "from opfuse's cost model. Kernel counting for Inductor and XLA: bench/peers/kernels.py.",
+        "from opfuse's cost model. Kernel counting for Inductor and XLA: bench/peers/kernels.py; "
+        "IREE: dispatches (bench/peers/iree.py), compiled from the same .mlir for llvm-cpu "
+        "(host).",
+        "",
+        _iree_summary(doc),
         "",
     ]
 
 
+def _iree_summary(doc: dict[str, Any]) -> str:
+    r = doc["summary"].get("fused_over_iree_st")
+    if r is None or _na(r):
+        return "opfuse fused / IREE 1 thread: " + ("n/a" if r is None else r["not_available"])
+    c = r["thread_cpu"]
+    cpu = ("" if _na(c) else f" Thread CPU time: geometric mean **{c['geomean']:.2f}**, worst "
+           f"{c['worst']:.2f} ({c['worst_graph']}).")
+    return (f"opfuse fused / IREE 1 thread over {r['graphs']} graphs, wall time: geometric "
+            f"mean **{r['geomean']:.2f}**, worst {r['worst']:.2f} ({r['worst_graph']}); "
+            f"targets ≤ {r['target_geomean']} and ≤ {r['target_worst']}.{cpu}")
+
+
 def _compile_table(doc: dict[str, Any]) -> list[str]:
     rows = ["| graph | parse | fusion | codegen | JIT | total cold | total warm | unfused cold "
-            "| torch.compile | jax.jit |", "|" + "---|" * 10]
+            "| torch.compile | jax.jit | IREE |", "|" + "---|" * 11]
     ptxas = None
     for g in doc["graphs"]:
         c = g["compile"]
@@ -151,7 +176,8 @@ def _compile_table(doc: dict[str, Any]) -> list[str]:
             + f" | {_num(warm if _na(warm) else warm['total_s'], '{:.3f}')}"
             + f" | {_num(ucold if _na(ucold) else ucold['total_s'], '{:.3f}')}"
             + f" | {_num(c['peers']['torch_compile'], '{:.2f}')}"
-            + f" | {_num(c['peers']['jax_jit'], '{:.2f}')} |"
+            + f" | {_num(c['peers']['jax_jit'], '{:.2f}')}"
+            + f" | {_num(c['peers']['iree_st'], '{:.2f}')} |"
         )
     note = f"ptxas: not available: {ptxas['not_available']}." if _na(ptxas) else ""
     return ["## Compile time (s, fused pipeline unless stated)", ""] + rows + [
@@ -257,7 +283,7 @@ def _kernels_chart(plt, doc):
     graphs = doc["graphs"]
     fig, ax = plt.subplots(figsize=(10, 4))
     keys = {"opfuse unfused": "before", "opfuse fused": "after", "Inductor": "inductor",
-            "XLA": "xla"}
+            "XLA": "xla", "IREE": "iree"}
     series = {label: [None if _na(g["kernels"][k]) else g["kernels"][k] for g in graphs]
               for label, k in keys.items()}
     _grouped(ax, [_short(g["name"]) for g in graphs], series)

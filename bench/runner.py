@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import statistics
 import os
 import platform
 import sys
@@ -33,6 +34,9 @@ TOLERANCE = 2e-3
 
 #: The issue's targets, recorded beside the figures (the benchmark reports, never fails).
 TARGETS = {"g2_speedup_min": 2.0, "planning_largest_s_max": 2.0, "planning_exponent_max": 1.2}
+
+#: Issue 13's targets for opfuse fused / IREE on one thread over the G graphs.
+IREE_TARGETS = {"geomean": 1.0, "worst": 1.5}
 
 _TINY = """func.func @warmup(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<4x4xf32> {
   %e = tensor.empty() : tensor<4x4xf32>
@@ -100,8 +104,10 @@ def bench_case(case: Case, peers: dict[str, Peer], settings: Settings) -> dict[s
     """One graph: kernels, bytes, correctness, times, compile times (SCHEMA.md)."""
     log = settings.log
     compile_figures = _compile_times(case, settings)
-    fused = opfuse.compile(case.text, backend=settings.backend, fusion=True)
-    unfused = opfuse.compile(case.text, backend=settings.backend, fusion=False)
+    fused = opfuse.compile(case.text, backend=settings.backend, fusion=True,
+                           threads=settings.threads)
+    unfused = opfuse.compile(case.text, backend=settings.backend, fusion=False,
+                             threads=settings.threads)
     arrays = case.inputs(fused.signature)
     reference = case.reference(arrays)
     outputs = {"unfused": _as_list(unfused(*arrays)), "fused": _as_list(fused(*arrays))}
@@ -109,6 +115,8 @@ def bench_case(case: Case, peers: dict[str, Peer], settings: Settings) -> dict[s
     for name in PEERS:
         if name not in peers:
             prepared[name] = not_available("peer not found")
+        elif peers[name].source == "mlir":  # IREE: the very text opfuse compiles
+            prepared[name] = _prepare(peers[name], case, arrays, log, case.text)
         elif case.model is None:
             prepared[name] = not_available("no peer version of a graph given as a file")
         else:
@@ -126,8 +134,10 @@ def bench_case(case: Case, peers: dict[str, Peer], settings: Settings) -> dict[s
             "after": totals["after"]["kernels"],
             "inductor": _peer_kernels(prepared["torch_compile"], "count"),
             "xla": _peer_kernels(prepared["jax_jit"], "count"),
+            "iree": _peer_kernels(prepared["iree_st"], "count"),
             "inductor_detail": _peer_kernels(prepared["torch_compile"], None),
             "xla_detail": _peer_kernels(prepared["jax_jit"], None),
+            "iree_detail": _peer_kernels(prepared["iree_st"], None),
         },
         "bytes": {"before": totals["before"]["bytes"], "after": totals["after"]["bytes"],
                   "saved": totals["bytes_saved"]},
@@ -137,7 +147,7 @@ def bench_case(case: Case, peers: dict[str, Peer], settings: Settings) -> dict[s
     entry["time"] = _timing(fused, unfused, arrays, prepared, settings)
     compile_figures["peers"] = {
         name: (p.compile_s if isinstance(p, Prepared) else p)
-        for name, p in prepared.items() if name in ("torch_compile", "jax_jit")
+        for name, p in prepared.items() if name in ("torch_compile", "jax_jit", "iree_st")
     }
     entry["compile"] = compile_figures
     _log_case(entry, log)
@@ -151,9 +161,10 @@ def _compile_times(case: Case, settings: Settings) -> dict[str, Any]:
     return compile_time.cold_and_warm(case.text, f"{case.name}.mlir")
 
 
-def _prepare(peer: Peer, case: Case, arrays: list[np.ndarray], log) -> Prepared | dict:
+def _prepare(peer: Peer, case: Case, arrays: list[np.ndarray], log,
+             source: Any = None) -> Prepared | dict:
     try:
-        return peer.prepare(case.model, arrays)
+        return peer.prepare(case.model if source is None else source, arrays)
     except Exception as e:  # a peer that cannot run a graph is a figure, not a crash
         reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
         log(f"  {peer.name}: failed: {reason}")
@@ -224,7 +235,32 @@ def _timing(fused, unfused, arrays, prepared, settings: Settings) -> dict[str, A
             out["peers"][name] = figures
         else:
             out["peers"][name] = p
+    out["thread_cpu"] = _thread_cpu(samples, settings)
     return out
+
+
+#: Contenders whose work runs on the calling thread when limited to one thread (jax.jit
+#: runs on XLA's own threads; iree_mt on its task pool).
+_CALLING_THREAD = ("unfused", "fused", "numpy", "torch_eager", "torch_compile", "iree_st")
+
+
+def _thread_cpu(samples: dict[str, measure.Samples], settings: Settings) -> dict[str, Any]:
+    """Thread CPU time per call of the single-threaded contenders, and their ratios to
+    fused (measure.py: on a shared machine, what they computed rather than how long they
+    waited for a core)."""
+    names = [n for n in _CALLING_THREAD if n in samples
+             and (settings.threads == 1 or n == "iree_st")]
+    if "fused" not in names:
+        return not_available(f"opfuse ran on {settings.threads or 'every core'} threads: "
+                             "thread CPU time is compared on one thread only")
+    fused = samples["fused"]
+    per = {}
+    for n in names:
+        if n == "fused":
+            continue
+        per[n] = {"median_s": statistics.median(samples[n].cpu_rounds),
+                  "ratio_to_fused": measure.cpu_ratio(samples[n], fused)}
+    return {"fused_s": statistics.median(fused.cpu_rounds), "contenders": per}
 
 
 def _log_case(e: dict[str, Any], log) -> None:
@@ -267,6 +303,7 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
     return {
         "g2_speedup": speedup,
         "g2_scale": g2["scale"] if g2 else not_available("G2 not in this run"),
+        "fused_over_iree_st": _fused_over_iree(doc),
         "planning_largest_s": s["planning_largest_s"],
         "planning_largest_cpu_s": s["planning_largest_cpu_s"],
         "planning_largest_target_ops": s["largest_target_ops"],
@@ -278,6 +315,36 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
             if isinstance(c, dict)
         ),
     }
+
+
+def _fused_over_iree(doc: dict[str, Any]) -> dict[str, Any]:
+    """opfuse fused / IREE one-thread time over the G graphs of the run (each the median
+    of the per-round ratios): geometric mean and worst, beside issue 13's targets."""
+    wall, cpu = {}, {}
+    for g in doc["graphs"]:
+        peer = g["time"]["peers"].get("iree_st", {})
+        if g["source"] == "builder" and "ratio_to_fused" in peer:
+            wall[g["name"]] = 1.0 / peer["ratio_to_fused"]["median"]
+            tc = g["time"]["thread_cpu"]
+            if "contenders" in tc and "iree_st" in tc["contenders"]:
+                cpu[g["name"]] = 1.0 / tc["contenders"]["iree_st"]["ratio_to_fused"]["median"]
+    if not wall:
+        return not_available("no G graph ran on IREE in this run")
+    out = _geomean_worst(wall)
+    out.update(threads=doc["settings"]["threads"], target_geomean=IREE_TARGETS["geomean"],
+               target_worst=IREE_TARGETS["worst"])
+    out["thread_cpu"] = (_geomean_worst(cpu) if len(cpu) == len(wall) else
+                         not_available("opfuse did not run on one thread"))
+    return out
+
+
+def _geomean_worst(ratios: dict[str, float]) -> dict[str, Any]:
+    worst = max(ratios, key=ratios.get)
+    geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
+    return {"graphs": len(ratios), "geomean": geomean, "worst": ratios[worst],
+            "worst_graph": worst, "per_graph": ratios,
+            "met": bool(geomean <= IREE_TARGETS["geomean"]
+                        and ratios[worst] <= IREE_TARGETS["worst"])}
 
 
 def _machine(settings: Settings) -> dict[str, Any]:
@@ -338,9 +405,11 @@ def _settings_json(s: Settings) -> dict[str, Any]:
         "backend": s.backend,
         "threads": s.threads,
         "threads_meaning": (
-            "peers limited to this many threads (torch.set_num_threads, OMP/OpenBLAS/MKL "
-            "variables, XLA_FLAGS) to match opfuse's single-threaded CPU code; 0 = library "
-            "defaults"
+            "opfuse's CPU code compiled for this many threads (0 = every usable core) and "
+            "the peers limited to as many (torch.set_num_threads, OMP/OpenBLAS/MKL "
+            "variables, XLA_FLAGS; 0 = library defaults); iree_st always runs on one "
+            "thread (local-sync), iree_mt on every usable core (local-task) unless this "
+            "is above 1"
         ),
         "time_budget_s": s.budget_s,
         "block_s": s.block_s,

@@ -28,7 +28,7 @@ ERROR = {"max_scaled_error": Fig("num"), "ok": "bool"}
 STAGES = {"parse_s": "num", "fusion_s": "num", "codegen_s": "num", "jit_s": "num",
           "ptxas": Fig("num"), "total_s": "num"}
 COMPILE_MODE = {"cold": Fig(STAGES), "warm": Fig(STAGES)}
-PEER_NAMES = ("numpy", "torch_eager", "torch_compile", "jax_jit")
+PEER_NAMES = ("numpy", "torch_eager", "torch_compile", "jax_jit", "iree_st", "iree_mt")
 
 GRAPH = {
     "name": "str",
@@ -37,16 +37,23 @@ GRAPH = {
     "doc": "str",
     "inputs": [{"shape": ["int"], "dtype": "str"}],
     "kernels": {"before": "int", "after": "int", "inductor": Fig("int"), "xla": Fig("int"),
-                "inductor_detail": Fig("any"), "xla_detail": Fig("any")},
+                "iree": Fig("int"), "inductor_detail": Fig("any"), "xla_detail": Fig("any"),
+                "iree_detail": Fig("any")},
     "bytes": {"before": "int", "after": "int", "saved": "int"},
     "flops": {"before": "int", "after": "int"},
     "correctness": {"against": "str", "tolerance": "num", "unfused": ERROR, "fused": ERROR,
                     **{p: Fig(ERROR) for p in PEER_NAMES}},
     "time": {"backend": "str", "unfused": TIME, "fused": TIME, "speedup": RATIO,
-             "peers": {p: Fig({**TIME, "ratio_to_fused": RATIO}) for p in PEER_NAMES}},
+             "peers": {p: Fig({**TIME, "ratio_to_fused": RATIO}) for p in PEER_NAMES},
+             "thread_cpu": Fig({"fused_s": "num",
+                                "contenders": "any"})},
     "compile": {"fused": COMPILE_MODE, "unfused": COMPILE_MODE,
-                "peers": {"torch_compile": Fig("num"), "jax_jit": Fig("num")}},
+                "peers": {"torch_compile": Fig("num"), "jax_jit": Fig("num"),
+                          "iree_st": Fig("num")}},
 }
+
+GEOMEAN = {"graphs": "int", "geomean": "num", "worst": "num", "worst_graph": "str",
+           "per_graph": "any", "met": "bool"}
 
 POINT = {"target_ops": "int", "ops": "int", "planning_s": "num", "outline_s": "num",
          "planning_cpu_s": "num", "outline_cpu_s": "num", "repeat": "int"}
@@ -88,7 +95,11 @@ DOCUMENT = {
                 "planning_largest_s": "num", "planning_largest_cpu_s": "num",
                 "planning_exponent": "num",
                 "outline_exponent": "num"},
-    "summary": {"g2_speedup": Fig("num"), "g2_scale": Fig("int"), "planning_largest_s": "num",
+    "summary": {"g2_speedup": Fig("num"), "g2_scale": Fig("int"),
+                "fused_over_iree_st": Fig({**GEOMEAN, "threads": "int",
+                                           "target_geomean": "num", "target_worst": "num",
+                                           "thread_cpu": Fig(GEOMEAN)}),
+                "planning_largest_s": "num",
                 "planning_largest_cpu_s": "num",
                 "planning_largest_target_ops": "int", "planning_exponent": "num",
                 "targets": {"g2_speedup_min": "num", "planning_largest_s_max": "num",

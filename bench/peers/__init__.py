@@ -1,11 +1,13 @@
-"""The peers opfuse is measured against: numpy eager, torch eager, torch.compile, jax.jit.
+"""The peers opfuse is measured against: numpy eager, torch eager, torch.compile, jax.jit,
+and IREE on one thread and on every core (:mod:`bench.peers.iree`).
 
 Each peer is optional (torch and jax come with the ``bench`` extra): :func:`discover`
 returns the peers it found and, for each one it did not, the reason. A found peer
 ``prepare``s a G graph (its version from :mod:`bench.peers.models`) on the benchmark's
 numpy inputs and returns a :class:`Prepared`: a zero-argument function running the
 graph once (result ready on return), the first output as numpy, the compile time and the
-kernel count where the peer compiles.
+kernel count where the peer compiles. A peer whose ``source`` is ``"mlir"`` (IREE) gets
+the case's MLIR text instead of a model function: it runs files too.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 from .kernels import INDUCTOR_METHOD, XLA_METHOD, count_inductor, count_xla
 
 #: Peer names, in the order tables and charts show them.
-PEERS = ("numpy", "torch_eager", "torch_compile", "jax_jit")
+PEERS = ("numpy", "torch_eager", "torch_compile", "jax_jit", "iree_st", "iree_mt")
 
 
 def not_available(reason: str) -> dict[str, str]:
@@ -50,6 +52,7 @@ class Peer:
     name = ""
     version = ""
     init_s = 0.0
+    source = "model"  # what prepare() takes: "model" (a bench.peers.models function) or "mlir"
 
     def warm_up(self) -> None:
         t0 = time.perf_counter()
@@ -168,11 +171,12 @@ def discover(threads: int, skip: Sequence[str] = ()) -> tuple[dict[str, Peer], d
         "torch_eager": lambda: TorchEagerPeer(threads),
         "torch_compile": lambda: TorchCompilePeer(threads),
         "jax_jit": JaxJitPeer,
+        **_iree_makers(threads),
     }
     found, missing = {}, {}
     for name in PEERS:
         if name in skip:
-            missing[name] = "skipped (--quick or --no-peers)"
+            missing[name] = "skipped (--quick, or --no-peers for torch and jax)"
             continue
         try:
             found[name] = makers[name]()
@@ -182,6 +186,20 @@ def discover(threads: int, skip: Sequence[str] = ()) -> tuple[dict[str, Peer], d
         except Exception as e:  # a broken install must not stop the benchmark
             missing[name] = f"failed to load: {type(e).__name__}: {e}"
     return found, missing
+
+
+def _iree_makers(threads: int) -> dict[str, Callable[[], Peer]]:
+    try:
+        from .iree import make_peers
+
+        return make_peers(threads)
+    except ImportError as e:  # reported per peer by discover(), like the others
+        error = e
+
+        def missing() -> Peer:
+            raise error
+
+        return {"iree_st": missing, "iree_mt": missing}
 
 
 def version_of(module: str) -> str | None:
