@@ -111,7 +111,7 @@ def _duplicate_producers(planner: Planner, options: Options,
             continue
         v = node.results[0]
         if any(v in graph.nodes[r].gathers for r in graph.readers(v)):
-            continue  # a gather reads it whole, inside its body: it stays one tensor
+            continue  # a gather reads it whole (in a body or through tensor.extract): one tensor
         out_bytes = value_bytes(v)
         in_bytes = sum(value_bytes(r) for r in node.reads)
         q_keep = out_bytes * (1 + len(consumers))  # write once, read back by every consumer

@@ -1,9 +1,11 @@
 """The op graph of a function: nodes (ops that could be kernels), their data edges, and the
 fusion groups already recorded in the IR (``opfuse.group`` / ``opfuse.kind`` attributes).
 
-Free ops (constants, ``tensor.empty``, ``linalg.fill``) are not nodes: they are
-materialized inside whichever kernel uses them, in the fused and the unfused program alike;
-a fill the function returns is a node (a kernel writes it).
+Free ops (constants, ``tensor.empty``, ``linalg.fill``, scalar arithmetic and
+``tensor.extract``) are not nodes: they are materialized inside whichever kernel uses them,
+in the fused and the unfused program alike; a fill the function returns is a node (a
+kernel writes it). A tensor that a free op extracts an element of is read by every node
+that uses the scalar (``Node.gathers``).
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ class Node:
     results: list[ir.Value]
     group: int | None = None  # opfuse.group from the IR, if any
     users: list[int] = field(default_factory=list)  # indices of consumer nodes (deduplicated)
-    # tensors the op's body reads at data-dependent positions (tensor.extract of a value
-    # from outside the op: a gather); also in ``reads``. Their producer must have finished
-    # before any of the op runs, so it never joins the op's kernel (Planner.gather_via).
+    # tensors the op reads at positions its indexing maps do not give: at data-dependent
+    # positions in its body (tensor.extract of a value from outside the op: a gather), or an
+    # element taken by a tensor.extract between ops for scalar arithmetic the op uses; also
+    # in ``reads``. Their producer must have finished before any of the op runs, so it
+    # never joins the op's kernel (Planner.gather_via).
     gathers: list[ir.Value] = field(default_factory=list)
     # bytes of a gathered tensor the op actually reads: one element per extract and point
     # (an embedding reads the rows its ids select, not the whole table), at most the tensor
@@ -66,11 +70,13 @@ class FuncGraph:
         ops = [op.operation for op in block.operations]
         returned = set(ops[-1].operands) if ops and ops[-1].name == "func.return" else set()
         free_values: set[ir.Value] = set()
+        extracted: dict[ir.Value, list[ir.Value]] = {}  # free value -> tensors it reads
         for op, info in zip(ops, describe_all(func_op, ops)):
             if op.name == "func.return":
                 self.returned.update(op.operands)
                 continue
             if info.kind == OpKind.FREE and not _holds_data(op) and not _fills_a_result(op, returned):
+                _note_extracts(op, free_values, extracted)
                 free_values.update(op.results)
                 continue
             if info.kind == OpKind.FREE and _holds_data(op):  # memory, not a kernel
@@ -80,6 +86,8 @@ class FuncGraph:
             gathers = list(extracts)
             gather_bytes = {v: min(value_bytes(v), n * info.points * element_bytes(v.type))
                             for v, n in extracts.items() if v not in reads}
+            # (a tensor read through scalars between ops counts whole: a few elements)
+            gathers += [v for v in _read_through_scalars(op, extracted) if v not in gathers]
             reads += [v for v in gathers if v not in reads]
             node = Node(op, len(self.nodes), info, reads, list(op.results), _group_of(op),
                         gathers=gathers, gather_bytes=gather_bytes)
@@ -167,6 +175,34 @@ def _gathered(op: ir.Operation, free_values: set[ir.Value]) -> dict[ir.Value, in
                         for b in r.blocks:
                             inside.update(b.arguments)
     return out
+
+
+def _note_extracts(op: ir.Operation, free_values: set[ir.Value],
+                   extracted: dict[ir.Value, list[ir.Value]]) -> None:
+    """Record the tensors free op ``op`` reads: the one a ``tensor.extract`` takes an
+    element of, and those its free operands read."""
+    reads: dict[ir.Value, None] = {}
+    for v in op.operands:
+        for t in extracted.get(v, ()):
+            reads.setdefault(t)
+    if op.name == "tensor.extract" and op.operands[0] not in free_values:
+        reads.setdefault(op.operands[0])
+    if reads:
+        for r in op.results:
+            extracted[r] = list(reads)
+
+
+def _read_through_scalars(op: ir.Operation, extracted: dict[ir.Value, list[ir.Value]]) -> list[ir.Value]:
+    """Tensors ``op`` reads through the free scalar values it uses (as operands, or inside
+    its regions: a payload using a scalar computed between ops), in first-use order."""
+    if not extracted:
+        return []
+    out: dict[ir.Value, None] = {}
+    for inner in walk_nested(op):
+        for v in inner.operands:
+            for t in extracted.get(v, ()):
+                out.setdefault(t)
+    return list(out)
 
 
 def _group_of(op: ir.Operation) -> int | None:

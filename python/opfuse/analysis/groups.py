@@ -325,8 +325,9 @@ class Planner:
 
     def gather_via(self, p: Group, c: Group) -> str | None:
         """Why ``c`` cannot take ``p`` in: a member of ``c`` gathers (reads at
-        data-dependent positions) a tensor a member of ``p`` computes, which must be complete
-        before the gather starts; None if none does."""
+        data-dependent positions, or an element through a tensor.extract between ops) a
+        tensor a member of ``p`` computes, which must be complete before the gather starts;
+        None if none does."""
         made = {v for m in p.members for v in self.graph.nodes[m].results}
         for m in c.members:
             node = self.graph.nodes[m]

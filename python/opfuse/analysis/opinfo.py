@@ -49,14 +49,29 @@ ROOT_KINDS = frozenset({OpKind.CONTRACTION, OpKind.CONVOLUTION})
 _FREE_OPS = {"arith.constant", "tensor.empty", "linalg.fill", "ub.poison"}
 
 
+def is_scalar_op(op: ir.Operation) -> bool:
+    """Scalar work between kernels: ``tensor.extract`` of one element, and arith/math ops
+    on scalars (``%s = tensor.extract %t[]; %e = math.exp %s`` feeding a later op's
+    payload, a fill or a pad value). A few instructions: every kernel that uses the value
+    computes it again (the extracted tensor is read by that kernel), so it is never a
+    kernel of its own and never a scalar passed between kernels."""
+    name = op.name
+    if name == "tensor.extract":
+        return True
+    if not name.startswith(("arith.", "math.")) or op.regions:
+        return False
+    return not any(isinstance(v.type, ir.ShapedType) for v in (*op.operands, *op.results))
+
+
 def is_free_op(op: ir.Operation) -> bool:
     """An op every kernel that uses it gets a copy of: an empty tensor, a fill, a scalar or
-    splat constant (a tensor constant that holds data is passed, not copied)."""
+    splat constant (a tensor constant that holds data is passed, not copied), scalar
+    arithmetic (:func:`is_scalar_op`)."""
     if op.name == "arith.constant":
         return not holds_data(op.attributes["value"])
     if op.name == "linalg.generic":
         return _is_generic_fill(op)
-    return op.name in _FREE_OPS
+    return op.name in _FREE_OPS or is_scalar_op(op)
 
 
 def _is_generic_fill(op: ir.Operation) -> bool:
@@ -270,7 +285,7 @@ def describe(op: ir.Operation, twin: ir.Operation | None) -> OpInfo:
 
 def _describe(op: ir.Operation, twin: ir.Operation | None) -> OpInfo:
     name = op.name
-    if name in _FREE_OPS:
+    if name in _FREE_OPS or is_scalar_op(op):
         return OpInfo(OpKind.FREE)
     if name in _RESHAPE_OPS:
         shape = _shape(op.results[0].type)

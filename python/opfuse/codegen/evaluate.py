@@ -592,17 +592,12 @@ class Evaluator:
         if hit is not None:
             return hit
         op = op_of(v)
-        if op is None:  # a scalar argument of the function: its one-element buffer
-            arg = ir.BlockArgument(v)
-            if arg.owner != self.entry or arg.arg_number not in self.leaves:
-                raise Unsupported("a block argument read as a scalar")
-            with self.kb.emitting():
-                val = Val(memref.load(self.leaves[arg.arg_number], [self.kb.index(0)]), True)
-        elif op.name == "arith.constant":
+        if op is None:  # kernels take tensors: scalars between ops are cloned into them
+            raise Unsupported("scalar kernel arguments")
+        if op.name == "arith.constant":
             val = Val(self.kb.const_attr(op.attributes["value"]), True)
         elif op.name == "tensor.extract":
-            indices = [self.kb.add_dim(self.scalar(i).ssa) for i in list(op.operands)[1:]]
-            val = self.value(op.operands[0], indices)
+            val = self.value(op.operands[0], self._extract_position(op))
             if not val.uniform:
                 raise Unsupported("a tensor.extract that varies across lanes")
         else:
@@ -610,6 +605,20 @@ class Evaluator:
             val = self.emit(op, vals)[result_number(v)]
         self.kb.memo_set(key, val)
         return val
+
+    def _extract_position(self, op: ir.Operation) -> Index:
+        """The indices of a ``tensor.extract`` between ops (scalar arithmetic a payload
+        uses): affine constants where they are constants (every program's so far: exact
+        addresses, one memo key), else a new index variable holding the computed scalar."""
+        idx = []
+        for v in list(op.operands)[1:]:
+            owner = op_of(v)
+            if owner is not None and owner.name == "arith.constant":
+                value = ir.IntegerAttr(owner.attributes["value"]).value
+                idx.append(ir.AffineConstantExpr.get(value, self.ctx))
+            else:
+                idx.append(self.kb.add_dim(self.scalar(v).ssa))
+        return tuple(idx)
 
     # ----- sequential reductions (fallback) -----------------------------------------------
     def _sequential_reduction(self, op: ir.Operation, r: int, idx: Index) -> Val:

@@ -128,7 +128,27 @@ def accept(module: ir.Module, *, filename: str = "<input>", limits: Limits | Non
     refusal.raise_if_any()
     widen_i1(module)
     _unread_inits_to_empty(module)
+    _unit_slice_strides(module)
     return module
+
+
+def _unit_slice_strides(module: ir.Module) -> None:
+    """The stride of a slice dimension of size 1 does not matter (one element is taken,
+    at the offset): it becomes 1. A rank-reducing slice that drops such a dimension with a
+    stride other than 1 aborts MLIR's CPU lowering (``memref.subview`` cannot tell which
+    dimension was dropped: an assertion, SIGABRT)."""
+    for fn in _functions(module).values():
+        if not fn.regions[0].blocks:
+            continue
+        for op in fn.regions[0].blocks[0].operations:
+            op = op.operation
+            if op.name not in ("tensor.extract_slice", "tensor.insert_slice"):
+                continue
+            sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+            strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
+            fixed = [1 if size == 1 and stride > 0 else stride for size, stride in zip(sizes, strides)]
+            if fixed != strides:
+                op.attributes["static_strides"] = ir.DenseI64ArrayAttr.get(fixed, module.context)
 
 
 def _unread_inits_to_empty(module: ir.Module) -> None:
@@ -136,7 +156,8 @@ def _unread_inits_to_empty(module: ir.Module) -> None:
     the shape of the result; made by another op it would be a dependency the fusion
     analysis does not see (it follows reads), and outlining would leave the operand behind
     in another kernel. It becomes a ``tensor.empty`` of its type, as upstream's elementwise
-    fusion does (RemoveOutsDependency)."""
+    fusion does (RemoveOutsDependency). So does a ``linalg.fill``'s ``outs`` (a fill is
+    cloned into every kernel that uses it)."""
     from mlir.dialects import tensor  # noqa: PLC0415
 
     from ..analysis.opinfo import describe_all, is_free_op  # noqa: PLC0415
@@ -149,10 +170,14 @@ def _unread_inits_to_empty(module: ir.Module) -> None:
         if not linalg_ops:
             continue
         for op, info in zip(linalg_ops, describe_all(fn, linalg_ops)):
-            if info.payload is None:
-                continue
             n_in = len(op.operands) - len(op.results)
-            for k, used in enumerate(info.payload.used_outputs):
+            if op.name == "linalg.fill":
+                used_outputs = [False]
+            elif info.payload is None:
+                continue
+            else:
+                used_outputs = info.payload.used_outputs
+            for k, used in enumerate(used_outputs):
                 v = op.operands[n_in + k]
                 owner = v.owner
                 if used or isinstance(owner, ir.Block) or is_free_op(owner.operation):

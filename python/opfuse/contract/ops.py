@@ -10,7 +10,8 @@ Top level of a function (what becomes kernels and the host schedule):
   ``analysis.opinfo``), ``tensor.empty``, and ``cast``/``extract``/``from_elements``/``splat``
   (kernels of their own);
 * ``arith.constant``, ``ub.poison``, ``func.call``, ``func.return``, and scalar ``arith``/
-  ``math`` ops (upstream passes take them; opfuse-outline does not handle them yet).
+  ``math`` ops (scalar work between kernels, e.g. on an element ``tensor.extract`` took:
+  every kernel that uses the scalar computes it again, ``analysis.opinfo.is_scalar_op``).
 
 Inside linalg bodies (scalars): ``arith``, ``math``, ``linalg.yield``, ``linalg.index``,
 ``tensor.extract`` (a gather), ``cf.assert``, ``ub.poison``.
@@ -94,9 +95,7 @@ def top_level_problem(op: ir.Operation) -> str | None:
             return "on tensors could not be rewritten as linalg.generic"
         if op.regions:
             return "has a body: not supported outside linalg bodies"
-        # scalar arithmetic between kernels: fuse-opt runs it through upstream passes;
-        # outlining it into the host schedule is not supported yet (a known gap)
-        return None
+        return None  # scalar arithmetic between kernels: cloned into each kernel using it
     if name.startswith("tensor."):
         return "is not one of the tensor ops opfuse handles (" \
                + ", ".join(sorted(n for n in TOP_LEVEL if n.startswith("tensor."))) + ")"
