@@ -105,3 +105,9 @@ TEMP_DIR = env(
     "extracted from bundles, ptxas work); the oldest are pruned (default: "
     "<system temp>/opfuse-<user>)",
 )
+RANDOM_PROGRAMS = env(
+    "OPFUSE_RANDOM_PROGRAMS",
+    "how many random linalg programs test/unit/test_random_linalg.py checks against numpy "
+    "(seeds 0..N-1; 150 in CI, 1500 for the full run)",
+    default="150",
+)
