@@ -76,20 +76,20 @@ def parse_module(text: str, ctx: ir.Context | None = None, *, filename: str = "<
     """Parse MLIR text into a verified module; syntax and verifier errors raise OpfuseError."""
     ctx = ctx or make_context()
     _check_text(text, filename)
-    wrapped, line = _wrap_in_module(text)
+    wrapped, shifts = _wrap_in_module(text)
     with collect_diagnostics(ctx) as diags:
         try:
             module = _parse_named(wrapped, ctx, filename)
         except ir.MLIRError as e:
-            lines = [_unshift(d, filename, line) for d in diags + _error_lines(e)]
+            lines = [_unshift(d, filename, shifts) for d in diags + _error_lines(e)]
             raise OpfuseError(f"cannot parse {filename}", diagnostics=lines) from None
         except OpfuseError:
             raise
         except Exception as e:  # the bindings raise ValueError on some malformed inputs
-            lines = [_unshift(d, filename, line) for d in diags]
+            lines = [_unshift(d, filename, shifts) for d in diags]
             raise OpfuseError(f"cannot parse {filename}: {e}", diagnostics=lines) from None
-    if line is not None:
-        _unshift_locations(module, line)
+    if shifts:
+        _unshift_locations(module, shifts)
     return module
 
 
@@ -149,48 +149,59 @@ def _parse_named(text: str, ctx: ir.Context, filename: str) -> ir.Module:
 
 
 _WRAP = "module {"
+_RESOURCES = "{-#"
 
 
-def _wrap_in_module(text: str) -> tuple[str, int | None]:
+def _wrap_in_module(text: str) -> tuple[str, dict[int, int]]:
     """Like mlir-opt, accept a bare list of top-level ops. The ``module {`` goes on the line
     of the first op, after comments and attribute/type aliases, so line numbers stay those
-    of the file; returns the text and that line (1-based; None when nothing was added),
-    whose columns :func:`_unshift` and :func:`_unshift_locations` move back."""
+    of the file; its ``}`` at the end, or in front of a file-level resource section
+    (``{-# dialect_resources: ... #-}``, which follows the top-level op: inside the module
+    it does not parse). Returns the text and the columns added per line (1-based; empty
+    when nothing was added), which :func:`_unshift` and :func:`_unshift_locations` take
+    back."""
     lines = text.split("\n")
     for i, line in enumerate(lines):
         stripped = line.strip()
         if not stripped or stripped.startswith("//") or _ALIAS.match(stripped):
             continue
         if _MODULE_AT_TOP.match(stripped):
-            return text, None
+            return text, {}
         lines[i] = _WRAP + line
-        return "\n".join(lines) + "\n}", i + 1
-    return text, None
+        shifts = {i + 1: len(_WRAP)}
+        resources = next((j for j in range(i + 1, len(lines))
+                          if lines[j].lstrip().startswith(_RESOURCES)), None)
+        if resources is None:
+            return "\n".join(lines) + "\n}", shifts
+        lines[resources] = "}" + lines[resources]
+        shifts[resources + 1] = 1
+        return "\n".join(lines), shifts
+    return text, {}
 
 
-def _unshift(diagnostic: str, filename: str, line: int | None) -> str:
-    """A diagnostic's column on the wrapped line, as it is in the file."""
-    if line is None:
-        return diagnostic
-    prefix = f"{filename}:{line}:"
-    if not diagnostic.startswith(prefix):
-        return diagnostic
-    col, sep, rest = diagnostic[len(prefix):].partition(":")
-    if not (sep and col.isdigit()):
-        return diagnostic
-    return f"{prefix}{max(1, int(col) - len(_WRAP))}:{rest}"
+def _unshift(diagnostic: str, filename: str, shifts: dict[int, int]) -> str:
+    """A diagnostic's column on a line the wrapping shifted, as it is in the file."""
+    for line, added in shifts.items():
+        prefix = f"{filename}:{line}:"
+        if not diagnostic.startswith(prefix):
+            continue
+        col, sep, rest = diagnostic[len(prefix):].partition(":")
+        if not (sep and col.isdigit()):
+            return diagnostic
+        return f"{prefix}{max(1, int(col) - added)}:{rest}"
+    return diagnostic
 
 
-def _unshift_locations(module: ir.Module, line: int) -> None:
-    """Op locations on the wrapped line, as they are in the file (later diagnostics of
-    passes and backends point at them)."""
+def _unshift_locations(module: ir.Module, shifts: dict[int, int]) -> None:
+    """Op locations on lines the wrapping shifted, as they are in the file (later
+    diagnostics of passes and backends point at them)."""
     ctx = module.context
 
     def fix(loc: ir.Location) -> ir.Location:
         try:
-            if loc.is_a_file() and loc.start_line == line:
-                return ir.Location.file(loc.filename, line, max(1, loc.start_col - len(_WRAP)),
-                                        context=ctx)
+            if loc.is_a_file() and loc.start_line in shifts:
+                col = max(1, loc.start_col - shifts[loc.start_line])
+                return ir.Location.file(loc.filename, loc.start_line, col, context=ctx)
             if loc.is_a_name():
                 child = fix(loc.child_loc)
                 return ir.Location.name(loc.name_str, childLoc=child, context=ctx)

@@ -27,9 +27,11 @@ from test_codegen_common import as_tuple, compile_cpu, inputs_of, run_bundle_wit
 
 G_NAMES = list(graphs(small=True))
 
-@pytest.mark.parametrize("name", G_NAMES)
-def test_bundle_runs_on_cpu_without_mlir_and_matches_direct_run(name, tmp_path):
-    graph = graphs(small=True)[name]
+# f16 (regression, issue #10): its CPU library failed at mlir-translate (the half-float
+# extension's `fastmath<contract>` reached llvm.fpext/fptrunc as an #arith attribute)
+@pytest.mark.parametrize("name, dtype", [(n, "f32") for n in G_NAMES] + [("g1_mlp", "f16")])
+def test_bundle_runs_on_cpu_without_mlir_and_matches_direct_run(name, dtype, tmp_path):
+    graph = graphs(small=True, dtype=dtype)[name]
     exe = compile_cpu(graph)
     args = inputs_of(graph)
     want = as_tuple(exe(*args))

@@ -103,6 +103,25 @@ def test_compile_refuses_with_the_location():
     assert info.value.diagnostics[0].startswith("<string>:1:1: error: @main calls itself")
 
 
+REGRESSIONS = Path(__file__).parents[1] / "regressions"
+
+
+def test_bare_file_with_a_resource_section(tmp_path):
+    """A file of bare ops followed by ``{-# dialect_resources #-}`` parses (the added
+    ``module {`` closes in front of the section), its weights are the blob's, and a
+    diagnostic on the section's first line keeps the file's column."""
+    path = REGRESSIONS / "bare-file-with-resources.mlir"
+    exe = opfuse.compile(path)
+    x = np.arange(1, 5, dtype=np.float32)
+    np.testing.assert_array_equal(exe(x), x * np.array([1, 2, 3, 4], np.float32))
+    bad = tmp_path / "bad-resources.mlir"
+    bad.write_text("func.func @main() {\n  return\n}\n{-# bogus #-}\n")
+    with pytest.raises(OpfuseError) as info:
+        opfuse.compile(bad)
+    assert info.value.exit_code == 1
+    assert info.value.diagnostics[0].startswith(f"{bad}:4:10: error: expected ':'"), info.value.diagnostics
+
+
 def test_tensor_size_limit_from_the_api_the_environment_and_the_tools(monkeypatch, capsys):
     text = ("func.func @main(%x: tensor<1024x1024xf32>) -> tensor<1024x1024xf32> {\n"
             "  return %x : tensor<1024x1024xf32>\n}\n")

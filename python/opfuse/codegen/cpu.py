@@ -53,6 +53,17 @@ STAGE = "cpu"
 _mlir_opt = mlir_opt
 
 
+def drop_conversion_fastmath(module: ir.Module) -> None:
+    """Remove the ``fastmath`` flags of every ``arith.extf``/``arith.truncf``, in place."""
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in ("arith.extf", "arith.truncf") and "fastmath" in op.attributes:
+            del op.attributes["fastmath"]
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+
+
 def lowering_stages(threads: int = 1) -> list[Stage]:
     """The whole-module lowering after kernel preparation, in order, for ``threads``
     threads (:mod:`opfuse.codegen.cpu_threads`)."""
@@ -109,6 +120,10 @@ def lowering_stages(threads: int = 1) -> list[Stage]:
               "func.func(math-extend-to-supported-types{target-type=f32}, "
               "arith-emulate-unsupported-floats{source-types=bf16,f16 target-type=f32})"),
         Stage("arith-expand", "arith-expand{include-bf16}"),
+        # The extension marks its extf/truncf `contract`, which convert-arith-to-llvm copies
+        # onto llvm.fpext/fptrunc as an #arith attribute that mlir-translate (a bundle's
+        # CPU library) cannot parse. A conversion has nothing to contract: it goes.
+        Stage("conversions-without-fastmath", drop_conversion_fastmath),
         # exp, log, log1p, tanh, erf, powf as straight-line f32 arithmetic that LLVM
         # vectorizes (the libm calls they were stop the loop vectorizer): after the
         # half-float extension, so every such op is f32 by now, and before the math
