@@ -49,11 +49,7 @@ def _outline_function(module: ir.Module, func_op: ir.Operation, options: Options
         kernel_name = f"{options.prefix}_{counter}_{g.kind}"
         counter += 1
         members = [graph.nodes[i].op for i in sorted(g.members)]
-        member_set = set(members)
-        # a scalar (tensor.extract) read inside another op's body is no tensor read of the
-        # graph, but leaves the kernel all the same
-        outputs = [v for m in members for v in m.results
-                   if v in g.outputs or _used_outside(v, member_set, func_op)]
+        outputs = [v for m in members for v in m.results if v in g.outputs]
         kernel, args = _make_kernel(func_op, kernel_name, members, outputs, g)
         with ir.InsertionPoint(terminator), members[-1].location:
             call = func.CallOp([v.type for v in outputs], ir.FlatSymbolRefAttr.get(kernel_name), args)
@@ -104,18 +100,6 @@ def _make_kernel(host: ir.Operation, name: str, members: list[ir.Operation],
     for key, value in figures.items():
         attrs[key] = ir.IntegerAttr.get(i64, value)
     return kernel.operation, args
-
-
-def _used_outside(v: ir.Value, members: set[ir.Operation], host: ir.Operation) -> bool:
-    """Whether a top-level op of ``host`` other than ``members`` uses ``v``, in its operands
-    or in its body."""
-    for use in v.uses:
-        op = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-        while op.parent is not None and op.parent.operation != host:
-            op = op.parent.operation
-        if op not in members:
-            return True
-    return False
 
 
 def _remap(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> None:

@@ -18,10 +18,11 @@ func.func @returned_fill() -> tensor<4x8xf32> {
 
 // -----
 
-// The scalar is a one-element buffer: written by the extract's kernel, read by the loop's.
-// CHECK-LABEL: func.func @fusion_0_opaque(%{{.*}}: memref<1xf32>, %{{.*}}: memref<1xf32>)
-// CHECK-LABEL: func.func @fusion_1_loop(%{{.*}}: memref<32xf32>, %{{.*}}: memref<1xf32>, %{{.*}}: memref<32xf32>)
+// The scalar is computed again in the kernel that uses it, from the 0-d tensor it reads
+// (one kernel: no kernel of its own, no scalar passed between kernels).
+// CHECK-LABEL: func.func @fusion_0_loop(%{{.*}}: memref<32xf32>, %{{.*}}: memref<1xf32>, %{{.*}}: memref<32xf32>)
 // CHECK: memref.load %{{.*}} : memref<1xf32>
+// CHECK-NOT: @fusion_1_
 func.func @scalar(%x: tensor<4x8xf32>, %s: tensor<f32>) -> tensor<4x8xf32> {
   %v = tensor.extract %s[] : tensor<f32>
   %e = tensor.empty() : tensor<4x8xf32>

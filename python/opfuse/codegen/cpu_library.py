@@ -21,7 +21,6 @@ from typing import Sequence
 import mlir
 from mlir import ir
 from mlir.dialects import func as func_d
-from mlir.dialects import tensor as tensor_d
 
 from .. import tempdirs
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
@@ -60,37 +59,24 @@ def _tools() -> tuple[str, str, str]:
 
 
 def add_wrappers(module: ir.Module, kernels: Sequence[str]) -> None:
-    """Append a public ``opfuse_call_<k>`` calling each private kernel ``k``, in place.
-
-    Every argument and result of a wrapper is a tensor (a memref descriptor in C): a
-    kernel's scalar (``tensor.extract``'s, passed between kernels) travels as a 0-d tensor,
-    as the host schedule holds it.
-    """
+    """Append a public ``opfuse_call_<k>`` calling each private kernel ``k``, in place."""
     funcs = {
         ir.StringAttr(op.operation.attributes["sym_name"]).value: op.operation
         for op in module.body.operations
         if op.operation.name == "func.func"
     }
-
-    def boxed(t: ir.Type) -> ir.Type:
-        return t if isinstance(t, ir.ShapedType) else ir.RankedTensorType.get([], t)
-
     with module.context, ir.Location.unknown(module.context):
         for k in kernels:
             f = funcs[k]
             ftype = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
-            ins, outs = list(ftype.inputs), list(ftype.results)
             with ir.InsertionPoint(module.body):
-                w = func_d.FuncOp(WRAPPER_PREFIX + k, ([boxed(t) for t in ins], [boxed(t) for t in outs]))
+                w = func_d.FuncOp(WRAPPER_PREFIX + k, (list(ftype.inputs), list(ftype.results)))
                 block = w.add_entry_block()
             with ir.InsertionPoint(block):
-                args = [a if isinstance(t, ir.ShapedType) else tensor_d.extract(a, [])
-                        for a, t in zip(block.arguments, ins)]
-                call = func_d.CallOp(outs, ir.FlatSymbolRefAttr.get(k), args)
-                func_d.ReturnOp([
-                    r if isinstance(t, ir.ShapedType) else tensor_d.from_elements(boxed(t), [r])
-                    for r, t in zip(call.results, outs)
-                ])
+                call = func_d.CallOp(
+                    list(ftype.results), ir.FlatSymbolRefAttr.get(k), list(block.arguments)
+                )
+                func_d.ReturnOp(list(call.results))
 
 
 def build(module: ir.Module, kernels: Sequence[str], out: Path) -> None:

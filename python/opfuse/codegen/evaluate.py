@@ -119,8 +119,6 @@ class Evaluator:
     # ----- public ------------------------------------------------------------------------
     def value(self, v: ir.Value, idx: Sequence[ir.AffineExpr]) -> Val:
         """The value of tensor ``v`` at ``idx`` (one affine expression per dim of ``v``)."""
-        if not isinstance(v.type, ir.ShapedType):  # a scalar value (an output of the group)
-            return self.scalar(v)
         idx = self.canonical(v, idx)
         key = ("v", v, idx)
         hit = self.kb.memo_get(key)

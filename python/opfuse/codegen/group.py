@@ -106,19 +106,12 @@ def prepare(func_op: ir.Operation) -> Group:
         peeled = v
         while (op := op_of(peeled)) is not None and op.name in _RESHAPES:
             peeled = op.operands[0]
-        if not isinstance(peeled.type, ir.ShapedType):  # a scalar: one element in memory
-            group.outputs.append(Output(i, peeled, (), peeled.type))
-            continue
         t = ir.ShapedType(peeled.type)
         group.outputs.append(Output(i, peeled, tuple(t.shape), t.element_type))
     return group
 
 
 def _param(binding: tuple[str, int], t: ir.Type, name: str) -> Param:
-    if isinstance(t, (ir.FloatType, ir.IntegerType)):
-        # a scalar between kernels (tensor.extract's, host arithmetic's): a one-element
-        # buffer, as the host schedule holds it
-        return Param(binding, (1,), str(t))
     if not isinstance(t, ir.RankedTensorType) or not t.has_static_shape:
         raise OpfuseError(
             f"@{name}: kernel {binding[0]} #{binding[1]} is not a statically "

@@ -38,12 +38,9 @@ def extract(entry: ir.Operation, view_only: set[str]) -> HostSchedule:
     steps = []
 
     def new(v: ir.Value | None, t: ir.Type, role: str, index: int | None = None) -> int:
-        if isinstance(t, (ir.FloatType, ir.IntegerType)):  # a scalar between kernels
-            b = Buffer(len(buffers), (), str(t), role, index)
-        elif not isinstance(t, ir.RankedTensorType) or not t.has_static_shape:
+        if not isinstance(t, ir.RankedTensorType) or not t.has_static_shape:
             raise OpfuseError(f"@{name}: the GPU backend needs static tensors, got {t}")
-        else:
-            b = Buffer(len(buffers), shape_of(t), element_type_text(t), role, index)
+        b = Buffer(len(buffers), shape_of(t), element_type_text(t), role, index)
         buffers.append(b)
         if v is not None:
             of[v] = b.id
