@@ -21,7 +21,7 @@ from mlir.dialects import func, linalg
 from mlir.passmanager import PassManager
 
 from ..errors import OpfuseError
-from ..ir import format_location
+from ..ir import format_location, walk_nested
 from . import scan
 
 
@@ -170,9 +170,12 @@ def generalize(ops: list[ir.Operation]) -> tuple[list[ir.Operation | None], ir.M
 
 def _generalize_named(named: list[ir.Operation]) -> tuple[ir.Module, dict]:
     ctx = named[0].context
+    # the scratch function's arguments: every operand, and every value a body captures
+    # from the function (a constant the fold's canonicalization hoisted out of a
+    # linalg.map's body): cloned as they are, those would be used outside their region
     operands: dict[ir.Value, int] = {}
     for op in named:
-        for v in op.operands:
+        for v in (*op.operands, *_captured(op)):
             operands.setdefault(v, len(operands))
     scratch = ir.Module.create(ir.Location.unknown(ctx))
     with ir.InsertionPoint(scratch.body), ir.Location.unknown(ctx):
@@ -186,6 +189,12 @@ def _generalize_named(named: list[ir.Operation]) -> tuple[ir.Module, dict]:
                 clone = op.clone()
                 for i, v in enumerate(op.operands):
                     clone.operands[i] = entry.arguments[operands[v]]
+                captured = _captured(op)
+                if captured:
+                    for inner, inner_clone in zip(walk_nested(op), walk_nested(clone)):
+                        for i, v in enumerate(inner.operands):
+                            if inner is not op and v in captured:
+                                inner_clone.operands[i] = entry.arguments[operands[v]]
                 clones.append(clone)
             func.CallOp([], "__opfuse_keep", [r for c in clones for r in c.results])
             func.ReturnOp([])
@@ -195,6 +204,22 @@ def _generalize_named(named: list[ir.Operation]) -> tuple[ir.Module, dict]:
     if len(generalized) != len(named):  # the pass folded something away: be conservative
         return scratch, {}
     return scratch, dict(zip(named, generalized))
+
+
+def _captured(op: ir.Operation) -> set[ir.Value]:
+    """Values the ops in ``op``'s regions use that are defined outside ``op``."""
+    if not op.regions:
+        return set()
+    inside: set[ir.Value] = set()
+    used: list[ir.Value] = []
+    for inner in walk_nested(op):
+        for region in inner.regions:
+            for block in region.blocks:
+                inside.update(block.arguments)
+        if inner is not op:
+            inside.update(inner.results)
+            used.extend(inner.operands)
+    return {v for v in used if v not in inside}
 
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer

@@ -451,10 +451,14 @@ class Evaluator:
         Args:
             outs: values for the ``outs`` block arguments (reduction accumulators); by
                 default they are read from the outs operands at their indexing maps.
-            upto: stop before this payload op and return its operands' values instead.
+            upto: stop before this payload op and return its operands' values instead;
+                only the ops those are computed from are evaluated (the rows emitter's
+                combiner of one result of several: the others' ops may read their
+                accumulators, which have no value here).
             extra: preset values for payload SSA values (e.g. a partial result).
         """
         block = op.regions[0].blocks[0]
+        needed = _computed_from(upto) if upto is not None else None
         maps = maps_of(op)
         n_in = n_inputs(op)
         n_dims = len(self.kb.dims)
@@ -485,6 +489,8 @@ class Evaluator:
                 return [get(o) for o in inner.operands]
             if inner.name == "linalg.yield":
                 return [get(o) for o in inner.operands]
+            if needed is not None and inner.results and not any(r in needed for r in inner.results):
+                continue
             if inner.name == "linalg.index":
                 dim = ir.IntegerAttr(inner.attributes["dim"]).value
                 env[inner.results[0]] = self.index_value(point[dim])
@@ -666,6 +672,21 @@ class Evaluator:
         for k, res in enumerate(op.results):
             self.kb.memo_set(("v", res, self.canonical(res, out_idx[k])), Val(results[k], uniform))
         return Val(results[r], uniform)
+
+
+def _computed_from(op: ir.Operation) -> set[ir.Value]:
+    """Every value ``op``'s operands are computed from, through the ops that define them."""
+    seen: set[ir.Value] = set()
+    stack = list(op.operands)
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        owner = v.owner
+        if not isinstance(owner, ir.Block):
+            stack.extend((owner.operation if hasattr(owner, "operation") else owner).operands)
+    return seen
 
 
 def canonical_index(v: ir.Value, idx: Sequence[ir.AffineExpr], ctx: ir.Context) -> Index:
