@@ -5,6 +5,11 @@
 // RUN: %expect-exit 1 fuse-opt %s --split-input-file 2>&1 | filecheck %s
 // CHECK-NOT: Traceback
 // CHECK-NOT: internal error
+// Deep nesting (a RecursionError, exit 2): 100 nested scf.execute_region, generated.
+// RUN: %PYTHON -c "p = chr(37); n = 100; t = 'tensor<4xf32>'; open(r'%t.deep.mlir', 'w').write(f'func.func @deep({p}x: {t}) -> {t} {{\n' + ''.join(f'{p}r{i} = scf.execute_region -> {t} {{\n' for i in range(n)) + f'scf.yield {p}x : {t}\n' + ''.join('}\n' + (f'scf.yield {p}r{i} : {t}\n' if i else '') for i in reversed(range(n))) + f'return {p}r0 : {t}\n}}\n')"
+// RUN: %expect-exit 1 fuse-opt %t.deep.mlir 2>&1 | filecheck %s --check-prefix=DEEP
+// RUN: %expect-exit 1 fuse-run %t.deep.mlir 2>&1 | filecheck %s --check-prefix=DEEP
+// DEEP: deep.mlir:{{[0-9]+}}:1: error: 'scf.yield' is nested 65 regions deep (at most 64)
 
 func.func @loop(%x: tensor<4xf32>) -> tensor<4xf32> {
   %c0 = arith.constant 0 : index
