@@ -25,6 +25,7 @@ from mlir import ir
 from mlir.passmanager import PassManager
 
 from opfuse.analysis.graph import functions
+from opfuse.contract import unread_inits_to_empty
 
 NAME = "opfuse-fold-unit-dims"
 _UPSTREAM = "func.func(linalg-fold-unit-extent-dims)"
@@ -51,6 +52,10 @@ def run(module: ir.Module, options: Options = Options()) -> None:
             op.operation.attributes[_MARK] = ir.UnitAttr.get(module.context)
         pm.run(func_op)
         _name_new_reshapes(block)
+        # the rewritten ops' outs are reshapes of the old ones: where unread, a dependency
+        # on an op of its own (a fill's outs, an argument before) that outlining would
+        # leave in another kernel; the contract's normalization again
+        unread_inits_to_empty(func_op)
 
 
 def _name_new_reshapes(block: ir.Block) -> None:

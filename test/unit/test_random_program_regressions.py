@@ -23,9 +23,14 @@ def _min_with_an_unused_sum(x, acc):
     return np.minimum(3.0, x.min()).reshape(())
 
 
+def _max_from_a_filled_argument(acc, x):
+    return np.maximum(0.5, (acc[0] + x).max()).reshape(1)
+
+
 CASES = {
     "captured-constant-in-a-named-op": ([(1, 4, 1), (1, 4, 1)], _captured_constant),
     "row-reduction-with-an-unused-result": ([(8,), ()], _min_with_an_unused_sum),
+    "fold-leaves-a-fill-on-a-reshaped-argument": ([(1,), (4,)], _max_from_a_filled_argument),
 }
 
 

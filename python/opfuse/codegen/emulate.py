@@ -32,6 +32,7 @@ approximate on the GPU): compare with tolerances.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -623,17 +624,44 @@ def _const(op: ir.Operation):
     if isinstance(t, ir.VectorType):
         dense = ir.DenseElementsAttr(attr)
         et = _np_type(t.element_type)
+        # a 1-d vector is every lane's: shape (1, w), as a per-lane vector is (lanes, w)
+        # (vector.extract and vector.reduction index its last axis)
+        shape = (1, *t.shape) if t.rank == 1 else tuple(t.shape)
         if dense.is_splat:
-            return np.full(t.shape, _scalar(dense.get_splat_value()), dtype=et)
-        # DenseElementsAttr does not index its elements; the typed views do
-        elem = t.element_type
-        typed = (
-            ir.DenseIntElementsAttr(attr)
-            if isinstance(elem, (ir.IntegerType, ir.IndexType))
-            else ir.DenseFPElementsAttr(attr)
-        )
-        return np.array([typed[i] for i in range(len(typed))], dtype=et).reshape(t.shape)
+            return np.full(shape, _scalar(dense.get_splat_value()), dtype=et)
+        return _elements(attr, t.element_type).astype(et).reshape(shape)
     return _np_type(t)(_scalar(attr))
+
+
+def _elements(attr: ir.Attribute, elem: ir.Type) -> np.ndarray:
+    """The elements of a non-splat dense constant, in order. DenseElementsAttr does not
+    index its elements; the typed views do, except f16/bf16 ones ("Unsupported
+    floating-point type"): those are read from the printed attribute, whose decimal
+    values round back to the same half-precision values (a hex blob holds their bits)."""
+    if isinstance(elem, (ir.IntegerType, ir.IndexType)):
+        typed = ir.DenseIntElementsAttr(attr)
+        return np.array([typed[i] for i in range(len(typed))])
+    if not isinstance(elem, (ir.F16Type, ir.BF16Type)):
+        typed = ir.DenseFPElementsAttr(attr)
+        return np.array([typed[i] for i in range(len(typed))])
+    text = str(attr)
+    blob = re.search(r'"0x([0-9A-Fa-f]+)"', text)
+    if blob is not None:
+        bits = np.frombuffer(bytes.fromhex(blob.group(1)), dtype=np.uint16)
+    else:  # dense<[v, ...]>: decimals, or the bits of a value with no decimal form (0x7E00)
+        body = text.split("<", 1)[1].split(">", 1)[0]
+        bits = np.array([int(x, 16) if x.startswith("0x") else _half_bits(float(x), elem)
+                         for x in _ELEMENT.findall(body)], np.uint16)
+    return _from_bf16_bits(bits) if isinstance(elem, ir.BF16Type) else bits.view(np.float16)
+
+
+def _half_bits(x: float, elem: ir.Type) -> int:
+    if isinstance(elem, ir.BF16Type):
+        return int(_to_bf16_bits(np.array([x], np.float32))[0])
+    return int(np.array([x], np.float16).view(np.uint16)[0])
+
+
+_ELEMENT = re.compile(r"0x[0-9A-Fa-f]+|[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan)")
 
 
 def _scalar(attr: ir.Attribute):

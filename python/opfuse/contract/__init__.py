@@ -152,40 +152,45 @@ def _unit_slice_strides(module: ir.Module) -> None:
 
 
 def _unread_inits_to_empty(module: ir.Module) -> None:
+    for fn in _functions(module).values():
+        unread_inits_to_empty(fn)
+
+
+def unread_inits_to_empty(fn: ir.Operation) -> None:
     """An ``outs`` operand the op never reads (``linalg.exp ... outs(%prev)``) only names
     the shape of the result; made by another op it would be a dependency the fusion
     analysis does not see (it follows reads), and outlining would leave the operand behind
     in another kernel. It becomes a ``tensor.empty`` of its type, as upstream's elementwise
     fusion does (RemoveOutsDependency). So does a ``linalg.fill``'s ``outs`` (a fill is
-    cloned into every kernel that uses it)."""
+    cloned into every kernel that uses it). Also run after opfuse-fold-unit-dims, whose
+    rewritten ops get reshapes of their old ``outs`` (of an argument: harmless before)."""
     from mlir.dialects import tensor  # noqa: PLC0415
 
     from ..analysis.opinfo import describe_all, is_free_op  # noqa: PLC0415
 
-    for fn in _functions(module).values():
-        if not fn.regions[0].blocks:
+    if not fn.regions[0].blocks:
+        return
+    ops = [o.operation for o in fn.regions[0].blocks[0].operations]
+    linalg_ops = [o for o in ops if o.name.startswith("linalg.") and o.regions]
+    if not linalg_ops:
+        return
+    for op, info in zip(linalg_ops, describe_all(fn, linalg_ops)):
+        n_in = len(op.operands) - len(op.results)
+        if op.name == "linalg.fill":
+            used_outputs = [False]
+        elif info.payload is None:
             continue
-        ops = [o.operation for o in fn.regions[0].blocks[0].operations]
-        linalg_ops = [o for o in ops if o.name.startswith("linalg.") and o.regions]
-        if not linalg_ops:
-            continue
-        for op, info in zip(linalg_ops, describe_all(fn, linalg_ops)):
-            n_in = len(op.operands) - len(op.results)
-            if op.name == "linalg.fill":
-                used_outputs = [False]
-            elif info.payload is None:
+        else:
+            used_outputs = info.payload.used_outputs
+        for k, used in enumerate(used_outputs):
+            v = op.operands[n_in + k]
+            owner = v.owner
+            if used or isinstance(owner, ir.Block) or is_free_op(owner.operation):
                 continue
-            else:
-                used_outputs = info.payload.used_outputs
-            for k, used in enumerate(used_outputs):
-                v = op.operands[n_in + k]
-                owner = v.owner
-                if used or isinstance(owner, ir.Block) or is_free_op(owner.operation):
-                    continue
-                t = ir.RankedTensorType(v.type)
-                with ir.InsertionPoint(op), op.location:
-                    empty = tensor.EmptyOp(list(t.shape), t.element_type)
-                op.operands[n_in + k] = empty.result
+            t = ir.RankedTensorType(v.type)
+            with ir.InsertionPoint(op), op.location:
+                empty = tensor.EmptyOp(list(t.shape), t.element_type)
+            op.operands[n_in + k] = empty.result
 
 
 def _functions(module: ir.Module) -> dict[str, ir.Operation]:
