@@ -46,6 +46,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from .errors import OpfuseError
 from .frontends.torch import example_args, export, export_fx
+from .frontends.torch import example_kwargs as _example_kwargs
 from .torch_partitions import (
     TORCH_DTYPES,
     FallbackWarning,
@@ -66,8 +67,9 @@ _TORCH_DTYPES = TORCH_DTYPES
 
 def compile(  # noqa: A001  (opfuse.torch.compile mirrors torch.compile)
     model: Any,
-    example_inputs: Any,
+    example_inputs: Any = (),
     *,
+    example_kwargs: dict[str, Any] | None = None,
     target: str = "sm_90",
     backend: str = "auto",
     **options: Any,
@@ -81,20 +83,26 @@ def compile(  # noqa: A001  (opfuse.torch.compile mirrors torch.compile)
     Args:
         model: A ``torch.nn.Module`` in eval mode (training-mode dropout is unsupported).
         example_inputs: A tensor or a sequence of tensors (the positional arguments).
+        example_kwargs: The keyword arguments, as ``torch.export.export`` takes them:
+            tensors (``attention_mask=...``) and constants the program is specialized on
+            (``use_cache=True``; a call with another value is refused). A Hugging Face
+            decoder's ``DynamicCache`` output (the default ``use_cache=True``) is returned
+            as the model returns it.
         target: The GPU the cost model plans for (``sm_80``, ``sm_90``).
         backend: ``auto`` (cuda when a GPU runtime is usable, else cpu), ``cpu`` or ``cuda``.
         **options: Passed to :func:`opfuse.compile` (``fusion=False``, ``pipeline=...``,
             pass options such as ``delta=0.2``).
 
     Returns:
-        A callable taking tensors of the example inputs' shapes and dtypes and returning
-        the model's output structure with torch tensors in it.
+        A callable taking tensors of the example inputs' shapes and dtypes, positional and
+        keyword as in the example, and returning the model's output structure with torch
+        tensors in it.
 
     Raises:
         OpfuseError: the model does not export, or a partition does not compile.
     """
     with _no_mha_fastpath(), _quiet_export():
-        program = export(model, example_args(example_inputs))
+        program = export(model, example_args(example_inputs), _example_kwargs(example_kwargs))
     partitioned = PartitionedProgram(
         program, strict=True, backend=backend, target=target, **options
     )
@@ -128,15 +136,11 @@ class CompiledModule:
         parts = self.program.partitions
         return parts[0].program.executable if parts else None
 
-    def __call__(self, *args: Any) -> Any:
-        n = self._inputs.n_user
-        if len(args) != n or not all(isinstance(a, torch.Tensor) for a in args):
-            got = ", ".join(type(a).__name__ for a in args) or "nothing"
-            raise OpfuseError(f"the compiled model takes {n} tensor(s), got {got}")
-        flat = self._inputs.flat(args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        flat = self._inputs.flat(self._inputs.user_leaves(args, kwargs))
         if _autograd_recording(flat):
             warn(_AUTOGRAD_REASON)
-            return self.model(*args)
+            return self.model(*args, **kwargs)
         self.program.check(flat, self._inputs.names)
         return self._inputs.unflatten(self.program(flat))
 
@@ -195,15 +199,22 @@ class _Inputs:
     buffers read from the model by name at every call, constants as exported."""
 
     def __init__(self, exported: Any, model: Any = None):
-        from torch.export.graph_signature import InputKind, OutputKind
+        from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
         self.getters: list[Callable[[Sequence[Any]], Any]] = []
         self.names: list[str] = []
+        self.user_names: list[str] = []
+        self.constants: dict[int, Any] = {}  # user leaf -> the value exported (specialized on)
+        self.in_spec = exported.call_spec.in_spec
+        leaf_names = _leaf_names(self.in_spec)
         n_user = 0
         for spec in exported.graph_signature.input_specs:
             if spec.kind == InputKind.USER_INPUT:
                 self.getters.append(lambda args, k=n_user: args[k])
-                self.names.append(f"input {n_user}")
+                self.user_names.append(f"input {leaf_names[n_user] if leaf_names else n_user}")
+                self.names.append(self.user_names[-1])
+                if isinstance(spec.arg, ConstantArgument):
+                    self.constants[n_user] = spec.arg.value
                 n_user += 1
             elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER,
                                InputKind.CONSTANT_TENSOR):
@@ -219,6 +230,27 @@ class _Inputs:
         self.n_user = n_user
         self.out_spec = exported.call_spec.out_spec
 
+    def user_leaves(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        """The user inputs of a call ``(*args, **kwargs)`` in the exported order; a call
+        that does not match the example's structure, or changes a constant the program was
+        specialized on, is an OpfuseError that says what was expected."""
+        n_args, keys = _call_shape(self.in_spec)
+        if len(args) != n_args or set(kwargs) != set(keys):
+            raise OpfuseError(f"the compiled model takes {_describe(n_args, keys)}, got "
+                              f"{_describe_call(args, kwargs)}")
+        leaves, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in keys}))
+        if spec != self.in_spec:
+            raise OpfuseError(f"the compiled model takes {_describe(n_args, keys)}, got "
+                              f"{_describe_call(args, kwargs)} (another structure)")
+        for k, leaf in enumerate(leaves):
+            if k in self.constants:
+                if type(leaf) is not type(self.constants[k]) or leaf != self.constants[k]:
+                    raise OpfuseError(f"{self.user_names[k]}: compiled for {self.constants[k]!r}, got "
+                                      f"{leaf!r}; compile again for another value")
+            elif not isinstance(leaf, torch.Tensor):
+                raise OpfuseError(f"{self.user_names[k]}: a tensor, got {type(leaf).__name__}")
+        return leaves
+
     def flat(self, args: Sequence[Any]) -> list[Any]:
         return [get(args) for get in self.getters]
 
@@ -227,6 +259,34 @@ class _Inputs:
         if self.out_spec is None:
             return results[0] if len(results) == 1 else tuple(results)
         return pytree.tree_unflatten(results, self.out_spec)
+
+
+def _call_shape(in_spec: Any) -> tuple[int, list[str]]:
+    """How many positional arguments and which keywords the exported ``(args, kwargs)``
+    spec has."""
+    if in_spec is None or in_spec.num_children != 2:
+        return 0, []
+    args_spec, kwargs_spec = in_spec.children()
+    return args_spec.num_children, list(kwargs_spec.context or [])
+
+
+def _leaf_names(in_spec: Any) -> list[str]:
+    """A name per user leaf: ``0``, ``1`` for positional tensors, ``'mask'`` for keywords
+    (empty when the spec has nested structure: then leaves are numbered)."""
+    n_args, keys = _call_shape(in_spec)
+    if in_spec is None or in_spec.num_leaves != n_args + len(keys):
+        return []
+    return [str(i) for i in range(n_args)] + [repr(k) for k in keys]
+
+
+def _describe(n_args: int, keys: list[str]) -> str:
+    what = f"{n_args} tensor(s)"
+    return what + (f" and keyword(s) {', '.join(keys)}" if keys else "")
+
+
+def _describe_call(args: tuple, kwargs: dict[str, Any]) -> str:
+    parts = [type(a).__name__ for a in args] + [f"{k}={type(v).__name__}" for k, v in kwargs.items()]
+    return ", ".join(parts) or "nothing"
 
 
 class _DynamoGraph:

@@ -151,6 +151,8 @@ class PartitionedProgram:
         """Every input has the shape and dtype compiled for (static shapes)."""
         for name, node, t in zip(names, self.placeholders, flat_inputs):
             val = node.meta.get("val")
+            if not isinstance(val, torch.Tensor):  # a constant the program is specialized on
+                continue
             want = (tuple(val.shape), val.dtype)
             if (tuple(t.shape), t.dtype) != want:
                 raise OpfuseError(

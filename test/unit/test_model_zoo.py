@@ -56,3 +56,25 @@ def test_every_zoo_model_builds_offline():
         with torch.no_grad():
             out = model(**inputs)
         assert out is not None, entry.name
+
+
+@pytest.mark.parametrize("name", ["llama"])
+def test_decoder_with_its_default_cache_through_opfuse_torch_compile(name):
+    """``opfuse.torch.compile`` (torch.export) of a Hugging Face decoder called with its
+    keyword inputs and the default ``use_cache=True``: the ``DynamicCache`` it returns is a
+    pytree node at export (registered as transformers' exporter does) and comes back as a
+    ``DynamicCache`` holding the same keys and values as eager."""
+    import opfuse.torch
+    from transformers import DynamicCache
+
+    entry = next(m for m in ZOO if m.name == name)
+    model, inputs = entry.build(), entry.inputs()
+    compiled = opfuse.torch.compile(model, example_kwargs=inputs, backend="cpu")
+    assert compiled.report["eager"] == []
+    with torch.no_grad():
+        got, want = compiled(**inputs), model(**inputs)
+    assert isinstance(got.past_key_values, DynamicCache)
+    assert len(got.past_key_values.layers) == len(want.past_key_values.layers)
+    err = max_error(got, want)
+    assert err <= TOL, f"{name}: max error {err:.3g}"
+    assert compiled.report["totals"]["after"]["kernels"] < compiled.report["totals"]["before"]["kernels"]

@@ -479,3 +479,48 @@ def test_seed_mlp_example_prints_the_comparison():
         assert re.search(rf"^  {row}\s+[\d.]+ ms   speedup vs eager\s+[\d.]+x$", text, re.M), text
     assert re.search(r"torch\.compile \(inductor\)\s+skipped", text), text
     assert "FallbackWarning" not in out.stderr and "LeafSpec" not in out.stderr, out.stderr
+
+
+class KeywordModel(nn.Module):
+    """Called as HF models are: a positional tensor, keyword tensors and keyword flags."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, *, mask=None, bias=None, scale=1.0, return_dict=True):
+        y = torch.relu(self.proj(x)) * scale
+        if mask is not None:
+            y = y * mask.unsqueeze(-1).to(y.dtype)
+        if bias is not None:
+            y = y + bias
+        return {"y": y, "mean": y.mean(-1)} if return_dict else y
+
+
+def test_keyword_inputs_through_torch_export():
+    torch.manual_seed(0)
+    model = KeywordModel().eval()
+    x, bias = torch.randn(2, 4, 8), torch.randn(8)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    compiled = opfuse.torch.compile(model, (x,), example_kwargs={"mask": mask, "scale": 2.0,
+                                                                   "bias": bias}, backend="cpu")
+    assert compiled.report["eager"] == []
+    x2, mask2 = torch.randn(2, 4, 8), torch.tensor([[1, 0, 1, 0], [1, 1, 1, 1]])
+    with torch.no_grad():
+        # keywords in any order, as Python calls allow
+        got = compiled(x2, bias=bias, scale=2.0, mask=mask2)
+        want = model(x2, mask=mask2, bias=bias, scale=2.0)
+    _assert_all_close(got, want)
+    assert set(got) == {"y", "mean"}
+    with torch.no_grad():
+        with pytest.raises(OpfuseError, match=r"input 'scale': compiled for 2.0, got 3.0"):
+            compiled(x2, mask=mask2, bias=bias, scale=3.0)
+        with pytest.raises(OpfuseError, match=r"takes 1 tensor\(s\) and keyword\(s\) mask, scale, "
+                                               r"bias, got Tensor, mask=Tensor"):
+            compiled(x2, mask=mask2)
+        with pytest.raises(OpfuseError, match=r"input 'mask': compiled for torch.int64 \(2, 4\)"):
+            compiled(x2, mask=mask2[:, :3], bias=bias, scale=2.0)
+        with pytest.raises(OpfuseError, match=r"input 'bias': a tensor, got float"):
+            compiled(x2, mask=mask2, bias=1.0, scale=2.0)
+    with pytest.raises(OpfuseError, match=r"example keyword input 'mask' is a list"):
+        opfuse.torch.compile(model, (x,), example_kwargs={"mask": [1, 0]}, backend="cpu")

@@ -158,6 +158,27 @@ def example_args(example_inputs: Any) -> tuple:
     return args
 
 
+#: Keyword values a program may be specialized on (torch.export keeps them as constants).
+_CONSTANT_TYPES = (bool, int, float, str, type(None))
+
+
+def example_kwargs(kwargs: Any) -> dict[str, Any]:
+    """``kwargs`` (keyword inputs: tensors, or constants such as ``use_cache=True``) as a
+    dict; None is no keyword inputs."""
+    import torch
+
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise OpfuseError(f"example_kwargs is a {type(kwargs).__name__}: a dict of names to "
+                          "tensors or constants")
+    for k, v in kwargs.items():
+        if not isinstance(v, (torch.Tensor, *_CONSTANT_TYPES)):
+            raise OpfuseError(f"example keyword input {k!r} is a {type(v).__name__}: only "
+                              "tensors and constants (bool, int, float, str, None)")
+    return dict(kwargs)
+
+
 def import_fx(gm: Any, example_inputs: Sequence[Any], *, name: str = "forward") -> ImportedGraph:
     """Import an FX graph, e.g. the one Dynamo hands a ``torch.compile`` backend.
 
@@ -202,18 +223,42 @@ def import_graph_module(gm: Any, *, name: str = "forward") -> ImportedGraph:
     return _GraphImporter(gm, name).run()
 
 
-def export(model: Any, args: tuple) -> Any:
-    """``torch.export`` (non-strict), then ``decomposition_table()``; errors as OpfuseError."""
+def export(model: Any, args: tuple, kwargs: dict[str, Any] | None = None) -> Any:
+    """``torch.export`` (non-strict) of ``model(*args, **kwargs)``, then
+    ``decomposition_table()``; errors as OpfuseError.
+
+    A Hugging Face model's cache classes (``DynamicCache``, which every decoder returns with
+    the default ``use_cache=True``) are registered as pytree nodes first, the way
+    ``transformers``' own exporter does for torch.export, so that they can be outputs.
+    """
     import torch
 
+    _register_cache_pytrees(model)
     try:
-        program = torch.export.export(model, args, strict=False)
+        program = torch.export.export(model, args, kwargs or None, strict=False)
         return program.run_decompositions(decomposition_table())
     except Exception as e:  # export's own errors are long; keep the first line, chain the rest
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise OpfuseError(
             f"torch.export failed on {type(model).__name__}: {type(e).__name__}: {first}"
         ) from e
+
+
+def _register_cache_pytrees(model: Any) -> None:
+    """``transformers``' pytree registration of its cache classes, for its models only
+    (opfuse never imports ``transformers`` itself: a model of it has)."""
+    if not type(model).__module__.startswith("transformers."):
+        return
+    try:
+        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+    except ImportError:  # an older transformers: DynamicCache only
+        try:
+            from transformers.integrations.executorch import register_dynamic_cache_export_support
+        except ImportError:
+            return
+        register_dynamic_cache_export_support()
+        return
+    register_cache_pytrees_for_model(model)
 
 
 # --------------------------------------------------------------------------- the walk
