@@ -71,14 +71,15 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     # Sibling matmuls over one LHS (Q/K/V, SwiGLU's W1 and W3) once each has its epilogue:
     # one kernel whose tiles each read their own weight and apply their own epilogue.
     "opfuse-fuse-horizontal",
+    # Recomputation after the other loop fusions, on their final groups: a small loop group read
+    # through a broadcast by a larger kernel (position ids, position embeddings, mask
+    # pieces) is computed again inside it where the time model says so. Before attention, so that
+    # a mask shared by every layer is each softmax's own and does not keep S in memory.
+    "opfuse-fuse-recompute",
     # Attention last among the fusions: it merges whole groups (Q·Kᵀ with its prologue, the
     # softmax row kernel, P·V with its epilogue) once each is final, into one kernel that
     # keeps S and P on chip.
     "opfuse-fuse-attention",
-    # Recomputation after every other fusion, on the final groups: a small loop group read
-    # through a broadcast by a larger kernel (position ids, position embeddings, mask
-    # pieces) is computed again inside it where the time model says so.
-    "opfuse-fuse-recompute",
     # Outlining last: it turns the final groups into functions and cannot be undone.
     "opfuse-outline",
 )
