@@ -25,8 +25,10 @@ tile. Head dims up to 32, 64 and 128 have their own tiles; others (80, 96, ...) 
 padded with zeros in shared memory to a multiple of 8 (the slower path), larger ones use
 smaller tiles until Q, K/V and P fit the static shared memory. Sequence lengths need not
 be multiples of the tiles: rows and keys are clamped for loads and masked for stores and
-the softmax. Products accumulate in f32 for f32, f16 and bf16 inputs (SIMT FMAs: the
-tensor-core path is future work, see the module notes in README).
+the softmax. Products accumulate in f32 for f32, f16 and bf16 inputs (SIMT FMAs). This
+is the f32 kernel; f16 and bf16 groups get the tensor-core kernel of
+:mod:`.attention_mma` first (mma.sync, cp.async) and this one where it does not apply
+or ``matmul=simt`` asks for it.
 """
 
 from __future__ import annotations
