@@ -9,6 +9,10 @@ operands' shapes and indexing maps, every operand gathered at its map's indices 
 parallel loops (vectorized), the reduction loops run one point at a time in lexicographic
 order, the payload interpreted op by op, the yields scattered through the output maps.
 
+An op, element type or affine expression it has no semantics for raises
+``NotImplementedError``: a program the reference cannot check fails loudly instead of
+passing unchecked (the generator only writes what is modelled here).
+
 Floats are computed in float64 whatever their declared width (``truncf`` is exact here),
 integers in their own width with two's-complement wraparound, ``index`` as int64, i1 as
 bool. Each value carries two more things besides its array:

@@ -16,6 +16,7 @@ instructions (``nvgpu``'s token-based forms cannot commit a group whose copies s
 from __future__ import annotations
 
 from mlir import ir
+from mlir.dialects import arith
 
 from .kernel import KernelBuilder
 
@@ -49,6 +50,24 @@ def copy(
         attrs["bypassL1"] = ir.UnitAttr.get(ctx)
     operands = [dst, dst_index, src, src_index] + ([valid] if valid is not None else [])
     kb.create("nvgpu.device_async_copy", [_token(ctx)], operands, attrs)
+
+
+def copy_if(
+    kb: KernelBuilder,
+    dst: ir.Value,
+    dst_index: ir.Value,
+    src: ir.Value,
+    src_index: ir.Value,
+    elements: int,
+    ok: ir.Value | None,
+) -> None:
+    """:func:`copy`, reading all ``elements`` where ``ok`` (an i1; None: always) holds and
+    none (zeros in ``dst``) where it does not: a tile's rows or columns past the tensor."""
+    valid = None
+    if ok is not None:
+        with kb.emitting():
+            valid = arith.select(ok, kb.index(elements), kb.index(0))
+    copy(kb, dst, dst_index, src, src_index, elements, valid)
 
 
 def commit(kb: KernelBuilder) -> None:

@@ -261,11 +261,7 @@ class _Kernel:
                     dr, dc = kb.add_dim(row), kb.add_dim(col)
                     leaf, idx = probe.source(value, self._at(exprs, **{row_role: dr, col_role: dc}))
                     src = kb.apply(linearize(idx, leaf.shape))
-                    valid = None
-                    if ok is not None:
-                        with kb.emitting():
-                            valid = arith.select(ok, kb.index(chunk), kb.index(0))
-                    async_copy.copy(kb, self.smem, dst, leaf.mem, src, chunk, valid)
+                    async_copy.copy_if(kb, self.smem, dst, leaf.mem, src, chunk, ok)
 
     def _stage_q(self) -> None:
         att = self.att

@@ -351,11 +351,7 @@ class _Kernel:
         probe = Evaluator(kb, self.group.func, self.leaves)
         leaf, idx = probe.source(self.c.op.operands[o.j], self._index(o, di, dk))
         src = kb.apply(linearize(idx, leaf.shape))
-        valid = None
-        if ok is not None:
-            with kb.emitting():
-                valid = arith.select(ok, kb.index(chunk), kb.index(0))
-        async_copy.copy(kb, o.smem, dst, leaf.mem, src, chunk, valid)
+        async_copy.copy_if(kb, o.smem, dst, leaf.mem, src, chunk, ok)
 
     def _load_store(self, o: _Operand, di, dk, vdim, dst: ir.Value, chunk: int, ok) -> None:
         kb = self.kb

@@ -32,6 +32,7 @@ from ..analysis.scan import Scan, recognize
 from .evaluate import Evaluator, Val, generic_domain, iterators_of
 from .group import Group, require
 from .kernel import KernelBuilder, Shared, delinearize, numel
+from .rows import _next_pow2
 
 WARP = 32
 #: Threads a row team may have (and threads per block for short rows).
@@ -39,13 +40,6 @@ MAX_TEAM = 256
 #: Elements per thread and tile for rows of at least ``LONG_ROW`` elements.
 ITEMS = 4
 LONG_ROW = 128
-
-
-def _next_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 def emit_scan(group: Group, module: ir.Module, name: str) -> KernelBuilder:
