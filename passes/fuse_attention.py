@@ -20,6 +20,12 @@ kernels read). Refused, with the reason in the ledger: a value between Q·Kᵀ a
 something else reads too (S, P or the softmax statistics would have to be written: the
 kernel writes only O), a merge that would make the kernel graph cyclic, and whatever the
 guard says no to.
+
+A view of the kernel's inputs that is also returned or read elsewhere — a decoder's
+permuted K and V, returned as its KV cache — does not stop the merge: the attention kernel
+reads through its own view of them, and a copy of the view's ops outside it (one loop
+kernel per layer and shape) writes the returned tensor. The guard counts what that copy
+reads again in Q_fused and its launch against the launches saved.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ from mlir import ir
 
 from opfuse import cost
 from opfuse.analysis.attention import match
-from opfuse.analysis.graph import FuncGraph
+from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, FuncGraph
 from opfuse.analysis.groups import Group, Planner
-from opfuse.analysis.opinfo import OpKind, tensor_bytes
+from opfuse.analysis.opinfo import OpKind, op_key, tensor_bytes
 
 from .common import FusionOptions, plan_with_twins
 
@@ -46,10 +52,24 @@ class Options(FusionOptions):
 
 
 def run(module: ir.Module, options: Options = Options()) -> None:
-    plan_with_twins(module, NAME, options, _plan)
+    copies: list[_CopyOut] = []
+    plan_with_twins(module, NAME, options, lambda planner, twin: _plan(planner, twin, copies))
+    for copy in copies:  # after write_back: the attention groups are in the IR
+        _copy_out(copy)
 
 
-def _plan(planner: Planner, twin) -> None:
+@dataclass
+class _CopyOut:
+    """Views an attention group computes from its inputs that are also read outside it:
+    ``chain`` (the group's mover ops that compute ``values``, in block order) is cloned
+    outside the group for the readers outside it."""
+
+    func: ir.Operation
+    chain: list[ir.Operation]
+    values: list[ir.Value]
+
+
+def _plan(planner: Planner, twin, copies: list[_CopyOut]) -> None:
     graph = planner.graph
     index_of = {n.op: n.index for n in graph.nodes}
     for node in graph.nodes:
@@ -72,7 +92,9 @@ def _plan(planner: Planner, twin) -> None:
         note = f"Q_S {q_s} B stays on chip"
         if found.causal is not None:
             note += f", causal: keys > query + {found.causal} skipped"
-        planner.try_merge_set(
+        why_not, views = _escapes(planner, groups, allowed)
+        copy_cost = _copy_cost(planner, views)
+        fused = planner.try_merge_set(
             groups,
             why="attention",
             producer=graph.nodes[qk],
@@ -81,11 +103,16 @@ def _plan(planner: Planner, twin) -> None:
             registers=cost.attention_registers(
                 max(found.head_dim, found.value_dim), _pointers(groups), planner.options.target
             ),
-            check=lambda merged: _escapes(planner, merged, allowed),
+            check=lambda merged: why_not,
+            beside=lambda merged: copy_cost[:2],
             numbers={"q_s": q_s, "head_dim": found.head_dim, "value_dim": found.value_dim,
-                     **({"causal_offset": found.causal} if found.causal is not None else {})},
-            note=note,
+                     **({"causal_offset": found.causal} if found.causal is not None else {}),
+                     **({"q_copy": copy_cost[1] + copy_cost[2]} if views else {})},
+            note=note + _copy_note(planner, views),
         )
+        if fused:
+            copies += [_CopyOut(graph.func, [graph.nodes[i].op for i in chain], values)
+                       for chain, values in _copy_sets(planner, views)]
 
 
 def _groups(planner: Planner, pattern: set[int], qk: int) -> list[Group]:
@@ -160,20 +187,122 @@ def _downstream(graph: FuncGraph, start: int, within: set[int]) -> set[int]:
     return seen
 
 
-def _escapes(planner: Planner, merged: Group, allowed: set[int]) -> str | None:
-    """Why the merged group cannot be one attention kernel: a value it would have to
-    write other than P·V's result (or what is computed from it)."""
+def _escapes(planner: Planner, groups: list[Group],
+             allowed: set[int]) -> tuple[str | None, dict[ir.Value, list[int]]]:
+    """Why ``groups`` merged cannot be one attention kernel: a value it would have to
+    write other than P·V's result (or what is computed from it) and other than a view of
+    its inputs; and those views, each with the chain of member ops computing it."""
     graph = planner.graph
-    for v in merged.outputs:
+    members = {m for g in groups for m in g.members}
+    views: dict[ir.Value, list[int]] = {}
+    for v in (v for g in groups for v in g.outputs):
+        outside = [graph.nodes[r].label for r in graph.readers(v) if r not in members]
         p = graph.producer.get(v)
-        if p in allowed:
+        if p in allowed or (not outside and v not in graph.returned):
+            continue
+        chain = _view_chain(planner, members, p) if p is not None else None
+        if chain is not None:
+            views[v] = chain
             continue
         label = graph.nodes[p].label if p is not None else "an argument"
-        outside = [graph.nodes[r].label for r in graph.readers(v) if planner.group(r) is not merged]
         where = f"also read by {outside[0]}" if outside else "also returned"
         return (f"{label} is {where}: the attention kernel keeps S and P on chip and writes "
-                "only its result")
-    return None
+                "only its result"), {}
+    return None, views
+
+
+def _view_chain(planner: Planner, members: set[int], start: int) -> list[int] | None:
+    """The members computing node ``start``'s result from the group's inputs by data
+    movement alone (transposes, reshapes, slices, broadcasts), in block order; None when
+    one of them computes (S, P, a scaled Q: the kernel would have to write it)."""
+    graph = planner.graph
+    seen, stack = {start}, [start]
+    while stack:
+        node = graph.nodes[stack.pop()]
+        if node.kind not in _MOVES or node.gathers:
+            return None
+        for v in node.reads:
+            p = graph.producer.get(v)
+            if p is not None and p in members and p not in seen:
+                seen.add(p)
+                stack.append(p)
+    return sorted(seen)
+
+
+def _copy_sets(planner: Planner, views: dict[ir.Value, list[int]]) -> list[tuple[list[int], list[ir.Value]]]:
+    """The copy kernels: the views of one shape share one loop kernel (K and V of a layer)."""
+    by_shape: dict[str, tuple[set[int], list[ir.Value]]] = {}
+    for v, chain in views.items():
+        nodes, values = by_shape.setdefault(str(v.type), (set(), []))
+        nodes.update(chain)
+        values.append(v)
+    return [(sorted(nodes), values) for nodes, values in by_shape.values()]
+
+
+def _copy_cost(planner: Planner, views: dict[ir.Value, list[int]]) -> tuple[int, int, int]:
+    """(kernels, bytes read, bytes written) of the copy kernels: each reads its chain's
+    inputs and writes its views. The writes only move (the merged group would write the
+    views otherwise); the reads are what the copies add."""
+    graph = planner.graph
+    kernels = read = written = 0
+    for chain, values in _copy_sets(planner, views):
+        kernels += 1
+        inside = set(chain)
+        reads: dict[ir.Value, int] = {}
+        for i in chain:
+            node = graph.nodes[i]
+            for v in node.reads:
+                if graph.producer.get(v) not in inside:
+                    reads[v] = max(reads.get(v, 0), node.read_bytes(v))
+        read += sum(reads.values())
+        written += sum(tensor_bytes(v.type) for v in values)
+    return kernels, read, written
+
+
+def _copy_note(planner: Planner, views: dict[ir.Value, list[int]]) -> str:
+    if not views:
+        return ""
+    graph = planner.graph
+    names = ", ".join(graph.nodes[graph.producer[v]].label for v in views)
+    kernels, read, written = _copy_cost(planner, views)
+    return (f"; {names} also read outside: copied out by {kernels} kernel"
+            f"{'s' if kernels > 1 else ''} beside it ({read} B read again)")
+
+
+def _copy_out(copy: _CopyOut) -> None:
+    """Clone ``copy.chain`` in front of the first reader outside the attention group (the
+    return, or another kernel) and point those readers at the clones; the clones form a
+    group of their own."""
+    group = copy.chain[0].attributes[GROUP_ATTR]  # the attention group's id
+    block = copy.func.regions[0].blocks[0]
+    order = {op_key(op.operation): i for i, op in enumerate(block.operations)}
+    outside: dict[int, ir.Operation] = {}
+    for v in copy.values:
+        for use in v.uses:
+            owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            if GROUP_ATTR not in owner.attributes or owner.attributes[GROUP_ATTR] != group:
+                outside[op_key(owner)] = owner
+    if not outside:
+        return
+    first = min(outside.values(), key=lambda op: order[op_key(op)])
+    i64 = ir.IntegerType.get_signless(64, copy.func.context)
+    gid = 1 + max((ir.IntegerAttr(op.attributes[GROUP_ATTR]).value for op in block.operations
+                   if GROUP_ATTR in op.attributes), default=-1)
+    mapping: dict[ir.Value, ir.Value] = {}
+    with ir.InsertionPoint(first):
+        for op in copy.chain:
+            clone = op.clone().operation
+            for old, new in mapping.items():
+                clone.replace_uses_of_with(old, new)
+            for name in (GROUP_ATTR, KIND_ATTR):
+                if name in clone.attributes:
+                    del clone.attributes[name]
+            if len(copy.chain) > 1:
+                clone.attributes[GROUP_ATTR] = ir.IntegerAttr.get(i64, gid)
+            mapping.update(zip(op.results, clone.results))
+    for owner in outside.values():
+        for v in copy.values:
+            owner.replace_uses_of_with(v, mapping[v])
 
 
 def _pointers(groups: list[Group]) -> int:

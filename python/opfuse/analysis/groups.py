@@ -242,13 +242,17 @@ class Planner:
 
     def try_merge_set(self, groups: list[Group], *, why: str, producer: Node, consumer: Node,
                       kind: str | None = None, registers: int | None = None,
-                      check=None, numbers: dict | None = None, note: str = "") -> bool:
+                      check=None, beside=None, numbers: dict | None = None,
+                      note: str = "") -> bool:
         """Merge ``groups`` into one (of ``kind``, when given), as one candidate: refused if
         the union would make the kernel graph cyclic or ``check(merged)`` says why not
         (returning why), then the guard decides on the total saving, with ``registers``
-        for R_fused when given. Rolled back unless fused; one ledger entry either way,
-        recorded as ``producer -> consumer`` (with ``numbers`` added, and ``note`` after
-        the reason of a fusion)."""
+        for R_fused when given. ``beside(merged)``, when given, is (kernels, bytes) of
+        kernels the merge needs next to the merged group (attention's copy of a returned
+        K or V): their bytes count in Q_fused, their launches against the launches saved.
+        Rolled back unless fused; one ledger entry either way, recorded as
+        ``producer -> consumer`` (with ``numbers`` added, and ``note`` after the reason of
+        a fusion)."""
         groups = sorted({g.gid: g for g in groups}.values(), key=lambda g: g.first)
         saved = self._snapshot(groups)
         q_unfused = sum(g.q for g in groups)
@@ -280,9 +284,12 @@ class Planner:
         if why_not is not None:
             return refuse(why_not)
         r_fused = registers if registers is not None else merged.registers()
-        verdict = cost.guard(r_fused, q_unfused, merged.q, self.options)
+        extra_kernels, extra_q = beside(merged) if beside is not None else (0, 0)
+        q_fused = merged.q + extra_q
+        verdict = cost.guard(r_fused, q_unfused, q_fused, self.options)
         verdict.numbers.update(w_fused=merged.flops, kernels=len(groups),
-                               t_saved_s=cost.t_saved(len(groups), q_unfused - merged.q, self.target),
+                               t_saved_s=cost.t_saved(len(groups) - extra_kernels,
+                                                      q_unfused - q_fused, self.target),
                                **(numbers or {}))
         step = self._fuel(verdict)
         if not verdict.fuse:
