@@ -210,14 +210,18 @@ def test_g5_report_bytes_drop_by_q_s():
 
 
 def test_cpu_attention_function_allocates_no_scores():
-    """The CPU's attention function is loops with one row's key tile of scores: no
-    linalg op left, no buffer as large as S (the output O is the only big allocation)."""
+    """The CPU's attention function is the tiled fast path (codegen/cpu_attention_tiles.py):
+    no linalg op left, no buffer as large as S — its score buffer holds one query tile's
+    rows per thread — and the output O is allocated once."""
+    from opfuse.codegen import cpu_attention_tiles as tiles
+
     c = Case(heads=2, queries=128, head_dim=32)
     _, exe = _compiled(c)
     module = parse_module(exe.ir("fused"))
-    assert lower_attention_kernels(module) == 1
+    assert lower_attention_kernels(module, threads=2) == 1
     (fn,) = [op.operation for op in module.body.operations
              if "fusion_" in ir.StringAttr(op.operation.attributes["sym_name"]).value]
+    assert ir.StringAttr(fn.attributes["opfuse.cpu_attention"]).value == "tiles"
     sizes, names = [], set()
 
     def visit(op):
@@ -230,7 +234,20 @@ def test_cpu_attention_function_allocates_no_scores():
     assert not any(n.startswith("linalg.") for n in names)
     s_elems = c.heads * c.queries * c.n
     o_elems = c.heads * c.queries * c.dv
-    assert sorted(sizes)[-1] == o_elems and all(n < s_elems for n in sizes)
+    assert o_elems in sizes and all(n < s_elems for n in sizes)
+    bm = tiles.tiling(lower_plan(exe), 2).bm
+    assert 2 * bm * c.n in sizes and bm < c.queries  # S: one tile of rows per thread
+
+
+def lower_plan(exe):
+    """The attention plan of ``exe``'s one attention kernel (as the CPU lowering sees it)."""
+    from opfuse.codegen.attention_plan import plan
+    from opfuse.codegen.group import prepare
+
+    module = parse_module(exe.ir("fused"))
+    (fn,) = [op.operation for op in module.body.operations
+             if "fusion_" in ir.StringAttr(op.operation.attributes["sym_name"]).value]
+    return plan(prepare(fn))
 
 
 @pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not installed")

@@ -185,7 +185,7 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True,
     copy = clone_module(module)
     protect_arguments(copy)
     _add_c_interfaces(copy)
-    prepare_loops(copy, fuse_kernels=fuse_kernels)
+    prepare_loops(copy, fuse_kernels=fuse_kernels, threads=threads)
     cpu_tiling.tile_kernels(copy)
     copy_shared_results(copy)
     prefix_symbols(copy)

@@ -23,6 +23,7 @@ both backends. A group this cannot handle keeps its ops (correct, but with S in 
 from __future__ import annotations
 
 import math
+import warnings
 
 from mlir import ir
 from mlir.dialects import arith, memref
@@ -42,6 +43,7 @@ from .attention_plan import (
     rescale,
     to_f32,
 )
+from . import cpu_attention_tiles as tiles
 from .evaluate import Val
 from .group import Group, prepare
 from .kernel import KernelBuilder, Unsupported
@@ -50,10 +52,14 @@ from .kernel import KernelBuilder, Unsupported
 BLOCK_N = 64
 
 
-def lower_attention_kernels(module: ir.Module) -> int:
-    """Rewrite every ``attention`` kernel function of ``module`` into online-softmax loops,
-    in place; returns how many were rewritten."""
+def lower_attention_kernels(module: ir.Module, threads: int = 1) -> int:
+    """Rewrite every ``attention`` kernel function of ``module`` in place, for ``threads``
+    threads: the tiled fast path of :mod:`.cpu_attention_tiles` where its workspace fits,
+    else the online-softmax loops of this module (with a warning naming the kernel; the
+    function's ``opfuse.cpu_attention`` attribute says which). Returns how many were
+    rewritten."""
     done = 0
+    texts: dict[str, str] = {}
     for op in list(module.body.operations):
         fn = op.operation
         if fn.name != "func.func" or not fn.regions[0].blocks:
@@ -66,8 +72,27 @@ def lower_attention_kernels(module: ir.Module) -> int:
             p = plan(group)
         except Unsupported:
             continue
-        _rewrite(fn, group, p)
+        t = tiles.tiling(p, threads)
+        name = ir.StringAttr(attrs["sym_name"]).value
+        if t.bytes_per_thread <= tiles.WORKSPACE_LIMIT:
+            texts.update(tiles.helper_texts(p))
+            _rewrite(fn, group, lambda kb: tiles.Tiles(kb, group, p, t).emit())
+            how = "tiles"
+        else:
+            warnings.warn(
+                f"opfuse: attention kernel @{name} runs as one-row loops on the cpu (slow): "
+                f"its tiles would need {t.bytes_per_thread >> 20} MiB per thread, more than "
+                f"{tiles.WORKSPACE_LIMIT >> 20} MiB", stacklevel=2)
+            _rewrite(fn, group, lambda kb: _Loops(kb, group, p).emit())
+            how = "rows"
+        fn.attributes["opfuse.cpu_attention"] = ir.StringAttr.get(how, fn.context)
         done += 1
+    if texts:
+        with module.context:
+            library = ir.Module.parse("".join(texts.values()))
+            ip = ir.InsertionPoint(module.body)
+            for f in list(library.body.operations):
+                f.operation.clone(ip=ip)
     return done
 
 
@@ -80,7 +105,7 @@ class _LoopBuilder(KernelBuilder):
         self._init_body(body, ctx)
 
 
-def _rewrite(fn: ir.Operation, group: Group, p: Plan) -> None:
+def _rewrite(fn: ir.Operation, group: Group, emit) -> None:
     """Replace ``fn``'s body: tensors to buffers, the loops, buffers back to tensors."""
     ctx = fn.context
     ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
@@ -110,8 +135,7 @@ def _rewrite(fn: ir.Operation, group: Group, p: Plan) -> None:
         ret = ir.Operation.create("func.return", operands=results, ip=ip)
     for op in reversed(old_ops):
         op.erase()
-    kb = _LoopBuilder(block, ctx, flat, ir.StringAttr(fn.attributes["sym_name"]).value)
-    _Loops(kb, group, p).emit()
+    emit(_LoopBuilder(block, ctx, flat, ir.StringAttr(fn.attributes["sym_name"]).value))
     del ret
 
 

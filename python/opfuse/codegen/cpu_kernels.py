@@ -85,14 +85,14 @@ module attributes {{transform.with_named_sequence}} {{
 """
 
 
-def prepare_loops(module: ir.Module, *, fuse_kernels: bool = True) -> None:
+def prepare_loops(module: ir.Module, *, fuse_kernels: bool = True, threads: int = 1) -> None:
     """Loop order and per-kernel fusion, in place, before bufferization.
 
     Matmuls first take their (m, k, n) loop order, which later rewrites keep: elementwise
     fusion folding a reshape of the result into a matmul made it a 3-D generic with the
     reduction innermost (G6 fused ran 3x slower than unfused).
     """
-    lower_attention_kernels(module)  # S stays a tile (codegen/cpu_attention.py)
+    lower_attention_kernels(module, threads)  # S stays a tile (codegen/cpu_attention.py)
     interchange_matmuls(module)
     if fuse_kernels:
         fuse_kernel_functions(module)

@@ -130,15 +130,24 @@ func.func private @{_PREFIX}pack_{t}(%B: {s}, %Bp: memref<?xf32>) {{
 """
 
 
-def mm_text(ta: str, tc: str, b: Blocking) -> str:
+def mm_text(ta: str, tc: str, b: Blocking, panels: str | None = None) -> str:
     """``@__opfuse_mm_<ta>_<tc>(A: M x K, Bp, C: M x N)``: ``C += A @ B`` for B packed by
-    :func:`pack_text` (module docstring)."""
+    :func:`pack_text` (module docstring).
+
+    With ``panels`` (a name suffix), ``@__opfuse_mm_<panels>_<ta>_<tc>(A, Bp, off, stride,
+    C)`` instead: B's panels start at element ``off`` of ``Bp`` and lie ``stride`` elements
+    apart (B packed for more rows than A's K uses, in a slice of a larger buffer: the CPU
+    attention kernel's K and V, packed once per head, read by every query tile)."""
     sa, sc = _STRIDED.format(t=ta), _STRIDED.format(t=tc)
     vl, nv, nr = b.lanes, b.nv, b.nr
     vf, vm, vc = f"vector<{vl}xf32>", f"vector<{vl}xi1>", f"vector<{vl}x{tc}>"
     out: list[str] = []
     emit = out.append
-    emit(f"func.func private @{_PREFIX}{ta}_{tc}(%A: {sa}, %Bp: memref<?xf32>, %C: {sc}) {{")
+    if panels is None:
+        emit(f"func.func private @{_PREFIX}{ta}_{tc}(%A: {sa}, %Bp: memref<?xf32>, %C: {sc}) {{")
+    else:
+        emit(f"func.func private @{_PREFIX}{panels}_{ta}_{tc}(%A: {sa}, %Bp: memref<?xf32>, "
+             f"%boff: index, %KNR: index, %C: {sc}) {{")
     emit("  %c0 = arith.constant 0 : index\n  %c1 = arith.constant 1 : index")
     emit(f"  %cMR = arith.constant {b.mr} : index\n  %cNR = arith.constant {nr} : index")
     emit(f"  %cKC = arith.constant {b.kc} : index\n  %cMC = arith.constant {b.mc} : index")
@@ -147,7 +156,8 @@ def mm_text(ta: str, tc: str, b: Blocking) -> str:
     emit(f"  %pass = arith.constant dense<0.0> : {vc}")
     emit("  %np = arith.ceildivui %N, %cNR : index")
     emit("  %mrem = arith.remui %M, %cMR : index\n  %mfull = arith.subi %M, %mrem : index")
-    emit("  %KNR = arith.muli %K, %cNR : index")
+    if panels is None:
+        emit("  %KNR = arith.muli %K, %cNR : index")
     for j in range(nv):
         emit(f"  %jo{j} = arith.constant {j * vl} : index")
     for i in range(1, b.mr):
@@ -155,7 +165,11 @@ def mm_text(ta: str, tc: str, b: Blocking) -> str:
 
     def panel_setup(indent: str) -> None:
         emit(f"{indent}%j0 = arith.muli %p, %cNR : index")
-        emit(f"{indent}%bb = arith.muli %p, %KNR : index")
+        if panels is None:
+            emit(f"{indent}%bb = arith.muli %p, %KNR : index")
+        else:
+            emit(f"{indent}%bp = arith.muli %p, %KNR : index")
+            emit(f"{indent}%bb = arith.addi %bp, %boff : index")
         emit(f"{indent}%cols = arith.subi %N, %j0 : index")
         for j in range(nv):
             emit(f"{indent}%cj{j} = arith.subi %cols, %jo{j} : index")
