@@ -4,10 +4,11 @@ Two steps, because the GPU machine has no MLIR and no network:
 
   here (with the compiler):   tools/gpu-check prepare .gpu-check
       builds AOT bundles (PTX and cubins for sm_90, the CPU library) of the G graphs at
-      benchmark size: G1-G8 in f32, the matmul graphs (G1, G5, G6, G7) in bf16; per graph
-      the fused program, the unfused one, and the other matmul variant (bf16: SIMT,
-      ``matmul=simt``; f32: TF32 tensor cores, ``allow_tf32``); G6 and G7
-      also at 1/8 size for the CPU reference. inputs.json says how to make every input.
+      benchmark size: G1-G8 in f32, the matmul graphs (G1, G5, G6, G7) in bf16 and f16;
+      per graph the fused program, the unfused one, and the other matmul variant
+      (bf16/f16: SIMT, ``matmul=simt``; f32: TF32 tensor cores, ``allow_tf32``); G6 and G7
+      also at 1/8 size for the CPU reference; G5 also the attention section's cases
+      (tools/gpu_check_attention.py). inputs.json says how to make every input.
       PyCUDA's sdist goes into .gpu-check/wheels (``--no-pycuda`` skips it).
 
   there (carry .gpu-check):   tools/gpu-check run .gpu-check
@@ -24,6 +25,10 @@ Two steps, because the GPU machine has no MLIR and no network:
           estimate (codegen/estimate.py) for matmul kernels;
         * the other matmul variant: same results, per-kernel times side by side (SIMT vs
           MMA);
+        * G5: opfuse's attention kernels (tensor-core and SIMT) against torch's
+          scaled_dot_product_attention on the same inputs, causal or not, head dims 64
+          and 128, grouped-query heads: correctness against float64, hot and cold times,
+          TFLOP/s, fraction of the estimate, opfuse/SDPA (tools/gpu_check_attention.py);
         * at the end, in one process, the same graphs in eager PyTorch and torch.compile
           on the device (torch is on the image): times, correctness, ratio to opfuse.
       The exit status is 0 only if every graph ran every phase and was correct; a graph
@@ -60,7 +65,7 @@ BUDGET_S = 330  # stay under 6 minutes, start-up included
 GRAPH_MIN_S = 12  # a graph is not started with less left than this
 RESERVE_S = 25  # kept for the PyCUDA check and the last write
 
-from gpu_check_graph import check_graph, device_info, torch_section  # noqa: E402
+from gpu_check_graph import check_graph, device_info, section, section_failures, torch_section  # noqa: E402
 from gpu_check_prepare import _write_json, prepare  # noqa: E402
 from gpu_check_pycuda import finish_pycuda, start_pycuda_build  # noqa: E402
 
@@ -156,7 +161,8 @@ def run(
 
 
 def _failed(entry: dict) -> bool:
-    return bool(entry.get("error") or entry.get("not_run") or not entry.get("correct", {}).get("ok"))
+    return bool(entry.get("error") or entry.get("not_run") or not entry.get("correct", {}).get("ok")
+                or section_failures(entry))
 
 
 def _finish(result: dict, write, clock: Clock) -> int:
@@ -165,7 +171,8 @@ def _finish(result: dict, write, clock: Clock) -> int:
     result["exit_status"] = 1 if bad else 0
     write()
     for key in result["failed"]:
-        print(f"FAILED {key}: {result['graphs'][key].get('error') or result['graphs'][key].get('not_run') or 'results differ'}")
+        g = result["graphs"][key]
+        print(f"FAILED {key}: {g.get('error') or g.get('not_run') or '; '.join(section_failures(g)) or 'results differ'}")
     for s in result["skipped"]:
         print(f"SKIPPED {s['key']}: {s['why']}")
     print(f"exit status {result['exit_status']}; {result['elapsed_s']} s")
@@ -241,7 +248,11 @@ def _install_stub(stub: str, folder: Path, key: str) -> None:
     spec.loader.exec_module(mod)
     from opfuse.runtime import cuda_driver
 
-    cuda_driver.install(getattr(mod, factory)(folder, key, *([":".join(arg)] if arg else [])))
+    drv = getattr(mod, factory)(folder, key, *([":".join(arg)] if arg else []))
+    cuda_driver.install(drv)
+    attention = section("attention")
+    if hasattr(mod, "make_torch") and attention is not None:  # torch's CUDA calls too
+        attention.install_torch(mod.make_torch(drv))
 
 
 def summary_line(key: str, e: dict) -> str:
@@ -268,7 +279,11 @@ def summary_line(key: str, e: dict) -> str:
     if isinstance(torch_, dict) and "median_s" in torch_:
         times += f" eager={torch_['median_s'] * 1e3:.3f}ms"
     missing = f" NOT RUN: {e['not_run']}" if e.get("not_run") else ""
-    return f"{key:28s} correct={c.get('ok')} (max err {c.get('max_abs_err', float('nan')):.2e}){times}{missing}"
+    line = f"{key:28s} correct={c.get('ok')} (max err {c.get('max_abs_err', float('nan')):.2e}){times}{missing}"
+    attention = section("attention") if isinstance(e.get("attention"), dict) else None
+    if attention is not None:
+        line += f"\n{'':28s} attention vs SDPA: {attention.summary(e['attention'])}"
+    return line
 
 
 # ----- command line ---------------------------------------------------------------------------

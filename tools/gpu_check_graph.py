@@ -12,9 +12,13 @@ import time
 from pathlib import Path
 
 #: Sections other modules add per graph: ``tools/gpu_check_<name>.py`` with
-#: ``run_graph(context) -> dict`` (its entry in the graph's JSON), run when the module
-#: exists (context: graph, dtype, key, bundles, program(name) -> cuda program, args,
-#: values, deadline, compare(got, want)).
+#: ``prepare_entry(folder, entry, targets=, scale=, graph=) -> dict | None`` (here: what the
+#: section needs in the plan entry, under ``entry[name]``; its bundles join the entry's),
+#: ``run_graph(context) -> dict`` (there, for entries that have ``entry[name]``: its entry
+#: in the graph's JSON; context: graph, dtype, key, entry, seed, bundles, program(name) ->
+#: program, args, values, deadline, dry_run, peaks, compare(got, want), out (the dict to
+#: fill) and save() (after each step)) and ``failures(section) -> list[str]`` (what makes
+#: the graph fail).
 SECTIONS = ("attention",)
 #: Tolerances against the CPU reference: f32 rtol/atol (approximate exp/tanh, FMAs, another
 #: summation order); f16/bf16 relative to max(1, max |reference|), as the emulator tests.
@@ -131,6 +135,22 @@ def check_graph(folder, spec, e, entry, deadline, save, *, dry_run, peaks) -> No
             programs[name] = bundles[name].program(backend)
         return programs[name]
 
+    def run_sections() -> None:
+        """Other engineers' sections (gpu_check_<name>.py) for this entry, when present."""
+        for name in SECTIONS:
+            mod = section(name)
+            if mod is None or not e.get(name):
+                continue
+            with phase(entry, name, deadline, 5, save) as go:
+                if go:
+                    entry[name] = {}
+                    context = {"graph": e["graph"], "dtype": dtype, "key": key, "entry": e,
+                               "seed": spec["seed"], "bundles": bundles, "program": program,
+                               "args": args, "values": values, "deadline": deadline,
+                               "dry_run": dry_run, "peaks": peaks, "out": entry[name], "save": save,
+                               "compare": lambda a, b: compare(a, b, dtype)}
+                    entry[name] = mod.run_graph(context)
+
     fused = program("fused")
     entry["kernels"] = {"fused": len(bundles["fused"].kernels), "unfused": len(bundles["unfused"].kernels)}
     entry["code"] = dict(getattr(fused._impl, "code", {}))
@@ -151,6 +171,7 @@ def check_graph(folder, spec, e, entry, deadline, save, *, dry_run, peaks) -> No
             entry["correct"]["ok"] = entry["correct"]["ok"] and entry["fused_vs_unfused"]["ok"]
     if dry_run:
         entry["times"] = {"not_available": "dry run: no device timers"}
+        run_sections()
         return
     from opfuse.runtime import cuda_timing
 
@@ -179,16 +200,22 @@ def check_graph(folder, spec, e, entry, deadline, save, *, dry_run, peaks) -> No
                 rows = per_kernel(bundles[variant], prog._impl.bind(*args), flush, peaks, dtype)
                 entry.setdefault("variants", {})[variant] = {"same_results": same, "kernels": rows}
                 entry["variants"][variant]["side_by_side"] = _side_by_side(entry.get("fused_kernels"), rows)
-    for name in SECTIONS:  # other engineers' sections (gpu_check_<name>.py), when present
-        if importlib.util.find_spec(f"gpu_check_{name}") is None:
-            continue
-        with phase(entry, name, deadline, 5, save) as go:
-            if go:
-                mod = importlib.import_module(f"gpu_check_{name}")
-                context = {"graph": e["graph"], "dtype": dtype, "key": key, "bundles": bundles,
-                           "program": program, "args": args, "values": values,
-                           "deadline": deadline, "compare": lambda a, b: compare(a, b, dtype)}
-                entry[name] = mod.run_graph(context)
+    run_sections()
+
+def section(name: str):
+    """The module of section ``name`` (tools/gpu_check_<name>.py), or None."""
+    if importlib.util.find_spec(f"gpu_check_{name}") is None:
+        return None
+    return importlib.import_module(f"gpu_check_{name}")
+
+
+def section_failures(entry: dict) -> list[str]:
+    """What failed in a graph entry's sections (``<section>: <what>``)."""
+    out = []
+    for name in SECTIONS:
+        if isinstance(entry.get(name), dict) and (mod := section(name)) is not None:
+            out += [f"{name}: {f}" for f in mod.failures(entry[name])]
+    return out
 
 
 def torch_section(folder, spec, entry, deadline, save, context) -> None:

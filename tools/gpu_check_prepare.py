@@ -8,6 +8,8 @@ import os
 import time
 from pathlib import Path
 
+from gpu_check_graph import SECTIONS, section
+
 SEED = 0
 ALL_GRAPHS = (
     "g1_mlp",
@@ -27,10 +29,7 @@ BANDWIDTH = ("g2_elementwise_chain", "g3_softmax", "g4_layernorm", "g8_x_minus_m
 def default_plan() -> list[dict]:
     """What to run, in order: the tensor-core graphs first (what matters most), then f32."""
     out = []
-    # f16 is left out: its bundles get no CPU library (the CPU lowering leaves an
-    # arith.fastmath attribute on llvm.fpext that mlir-translate rejects), so there would be
-    # no reference to check the GPU against
-    for dtype, names in (("bf16", MATMUL_GRAPHS), ("f32", ALL_GRAPHS)):
+    for dtype, names in (("bf16", MATMUL_GRAPHS), ("f16", MATMUL_GRAPHS), ("f32", ALL_GRAPHS)):
         for name in names:
             variants: dict = {}
             if name in MATMUL_GRAPHS:
@@ -72,6 +71,11 @@ def prepare(
             files[variant] = f"{key}.{variant}.opfuse"
             fused.save_bundle(folder / files[variant], targets=targets, **options)
         entry = {**e, "inputs": _describe(g), "bundles": files, "reference": "full"}
+        for sname in SECTIONS:  # other modules' parts of the plan (gpu_check_graph.SECTIONS)
+            mod = section(sname)
+            part = mod.prepare_entry(folder, entry, targets=targets, scale=scale, graph=g) if mod else None
+            if part:
+                entry[sname] = part
         if name in SMALL_REFERENCE:
             small = make_graphs(scale=scale * 8, dtype=dtype)[name]
             files["small"] = f"{key}.small.opfuse"

@@ -7,9 +7,14 @@ only count (a kernel's inputs do not change between timing launches). CUDA event
 10 µs per launch enqueued between them. Everything the driver is asked is logged and
 written to ``<folder>/stub-log/<key>.json`` at exit, for the tests to read.
 
+:func:`make_torch` stands in for torch's CUDA calls the same way (the attention
+section's SDPA, tools/gpu_check_attention.py): CPU torch computes, events, memsets and
+synchronizes go into the driver's log, an SDPA call between events is 10 µs.
+
 Planted failures (the factory's third argument): ``sync:<kernel>`` makes that kernel's
 launch leave a sticky ``CUDA_ERROR_ILLEGAL_ADDRESS`` that the next synchronize reports
-(as a real fault does); ``launch:<kernel>`` makes cuLaunchKernel itself fail; ``slow``
+(as a real fault does); ``launch:<kernel>`` makes cuLaunchKernel itself fail (a kernel
+may be named ``<bundle>/<kernel>``: only that bundle's launches fail); ``slow``
 makes every event pair take 0.3 s of real time (a run that exceeds its deadline); ``cubin``
 makes every cubin fail to load (the runtime must fall back to the PTX).
 """
@@ -45,7 +50,7 @@ class StubDriver(Driver):
         self.launches = 0
         self.images: dict[bytes, list] = {}  # code image -> [(bundle, kernel name)]
         self.native: dict[str, object] = {}
-        if key != "device":
+        if key not in ("device", "torch"):
             spec = json.loads((self.folder / "inputs.json").read_text())
             (e,) = [x for x in spec["entries"] if x["key"] == key]
             for bname, f in e["bundles"].items():
@@ -136,12 +141,12 @@ class StubDriver(Driver):
         def launch() -> None:
             self.launches += 1
             self.log.append(["launch", self.key, bname, kname])
-            if self.fail == f"launch:{kname}":
+            if self.fail in (f"launch:{kname}", f"launch:{bname}/{kname}"):
                 raise OpfuseError(
                     f"CUDA driver call cuLaunchKernel(grid={tuple(grid)}, block={tuple(block)}) "
                     "failed: CUDA_ERROR_LAUNCH_FAILED"
                 )
-            if self.fail == f"sync:{kname}":
+            if self.fail in (f"sync:{kname}", f"sync:{bname}/{kname}"):
                 self.fault = "CUDA_ERROR_ILLEGAL_ADDRESS"
             if not state["done"]:
                 descs = [_Descriptor.of(a) for a in arrays]
@@ -171,3 +176,49 @@ class StubDriver(Driver):
 
 def make_driver(folder, key, fail=None) -> StubDriver:
     return StubDriver(folder, key, fail)
+
+
+def make_torch(drv: StubDriver):
+    """torch's CUDA device stood in for by CPU torch (see the module docstring)."""
+    from gpu_check_attention import TorchCuda  # tools/ is on sys.path in gpu-check
+
+    class StubTorch(TorchCuda):
+        name = "stub-torch"
+        device = "cpu"
+
+        def __init__(self):
+            import torch
+            import torch.nn.functional as F
+
+            self.torch, self.F = torch, F
+            self.calls = 0
+            self.done: dict = {}
+
+        def sdpa(self, q, k, v, causal):
+            # computed once per inputs (as the driver runs a kernel once per launcher):
+            # the timing windows' thousands of calls only count
+            self.calls += 1
+            drv.log.append(["sdpa", list(q.shape), list(k.shape), causal])
+            key = (id(q), id(k), id(v), causal)
+            if key not in self.done:
+                self.done[key] = (q, k, v, super().sdpa(q, k, v, causal))
+            return self.done[key][3]
+
+        def synchronize(self):
+            drv.log.append(["sync"])
+
+        def elapsed(self, work):
+            drv.log.append(["event", "start"])
+            before = self.calls
+            work()
+            drv.log.append(["event", "end"])
+            return max(1, self.calls - before) * PER_LAUNCH_S
+
+        def memset(self, buf, byte, nbytes):
+            drv.log.append(["memset", nbytes])
+            super().memset(buf, byte, nbytes)
+
+        def attribute(self, name):
+            return drv.attribute(name)
+
+    return StubTorch()

@@ -124,6 +124,20 @@ def _stub_run(prepared, out, *extra, fail=None):
     return proc, result, logs
 
 
+def timing_windows(log: list) -> list[list[str]]:
+    """What the stub's log has between each pair of events (the calls' names)."""
+    windows, current = [], None
+    for x in log:
+        if x == ["event", "start"]:
+            current = []
+        elif x == ["event", "end"]:
+            windows.append(current)
+            current = None
+        elif current is not None:
+            current.append(x[0])
+    return windows
+
+
 def test_stubbed_driver_measures_kernels_not_python(prepared, tmp_path):
     proc, result, logs = _stub_run(prepared, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -144,15 +158,7 @@ def test_stubbed_driver_measures_kernels_not_python(prepared, tmp_path):
     launches = sum(1 for x in log if x[0] == "launch")
     assert launches > 50 * prepares
     # a timing window: many launches between one pair of events, nothing else
-    windows, current = [], None
-    for x in log:
-        if x == ["event", "start"]:
-            current = []
-        elif x == ["event", "end"]:
-            windows.append(current)
-            current = None
-        elif current is not None:
-            current.append(x[0])
+    windows = timing_windows(log)
     assert max(len(w) for w in windows) >= 100 and all(set(w) <= {"launch"} for w in windows)
     # cold figures: the L2 flushed (a memset) right before the events of one launch
     cold = [i for i in range(len(log) - 3) if log[i][0] == "memset"
