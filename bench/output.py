@@ -105,7 +105,7 @@ def _header(doc: dict[str, Any]) -> list[str]:
 
 
 def _run_table(doc: dict[str, Any]) -> list[str]:
-    head = ("| graph | scale | kernels unfused → fused | Inductor | XLA | IREE | MB unfused → "
+    head = ("| graph | scale | kernels unfused → fused | Inductor | XLA | IREE cpu (sm_80) | MB unfused → "
             "fused | unfused ms | fused ms | speedup (min–max) | of medians | "
             + " | ".join(f"{PEER_LABELS[p]} ms" for p in PEERS) + " | fused / IREE 1 thread | same, thread CPU |")
     rows = [head, "|" + "---|" * (13 + len(PEERS))]
@@ -118,7 +118,7 @@ def _run_table(doc: dict[str, Any]) -> list[str]:
         rows.append(
             f"| {name} | {_num(g['scale'])} | {k['before']} → {k['after']} "
             f"| {_num(k['inductor'])} "
-            f"| {_num(k['xla'])} | {_num(k['iree'])} "
+            f"| {_num(k['xla'])} | {_num(k['iree'])} ({_num(k.get('iree_cuda'))}) "
             f"| {b['before'] / 1e6:.1f} → {b['after'] / 1e6:.1f} "
             f"| {_ms(t['unfused'])} | {_ms(t['fused'])} "
             f"| **{sp['median']:.2f}×** ({sp['min']:.2f}–{sp['max']:.2f}) "
@@ -139,7 +139,7 @@ def _run_table(doc: dict[str, Any]) -> list[str]:
         "machine: compare ratios, not absolute times). MB = device bytes read + written, "
         "from opfuse's cost model. Kernel counting for Inductor and XLA: bench/peers/kernels.py; "
         "IREE: dispatches (bench/peers/iree.py), compiled from the same .mlir for llvm-cpu "
-        "(host).",
+        "(host), and in parentheses for CUDA sm_80 (compile only; IREE 3.13 has no sm_90).",
         "",
         _iree_summary(doc),
         "",

@@ -135,6 +135,7 @@ def bench_case(case: Case, peers: dict[str, Peer], settings: Settings) -> dict[s
             "inductor": _peer_kernels(prepared["torch_compile"], "count"),
             "xla": _peer_kernels(prepared["jax_jit"], "count"),
             "iree": _peer_kernels(prepared["iree_st"], "count"),
+            "iree_cuda": _iree_cuda(prepared["iree_st"]),
             "inductor_detail": _peer_kernels(prepared["torch_compile"], None),
             "xla_detail": _peer_kernels(prepared["jax_jit"], None),
             "iree_detail": _peer_kernels(prepared["iree_st"], None),
@@ -181,6 +182,14 @@ def _peer_kernels(p: Prepared | dict, key: str | None) -> Any:
     if key is None or "not_available" in p.kernels:
         return p.kernels
     return p.kernels[key]
+
+
+def _iree_cuda(p: Prepared | dict) -> Any:
+    """IREE's dispatch count for CUDA sm_80 (bench/peers/iree.py), or why there is none."""
+    if not isinstance(p, Prepared) or "not_available" in p.kernels:
+        return _peer_kernels(p, None)
+    cuda = p.kernels["cuda"]
+    return cuda.get("count", cuda)
 
 
 def _error(out: Sequence[np.ndarray], ref: Sequence[np.ndarray]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ GRAPH = {
     "doc": "str",
     "inputs": [{"shape": ["int"], "dtype": "str"}],
     "kernels": {"before": "int", "after": "int", "inductor": Fig("int"), "xla": Fig("int"),
-                "iree": Fig("int"), "inductor_detail": Fig("any"), "xla_detail": Fig("any"),
+                "iree": Fig("int"), "iree_cuda": Fig("int"), "inductor_detail": Fig("any"), "xla_detail": Fig("any"),
                 "iree_detail": Fig("any")},
     "bytes": {"before": "int", "after": "int", "saved": "int"},
     "flops": {"before": "int", "after": "int"},

@@ -67,5 +67,7 @@ def test_iree_runs_a_g_graph_on_both_drivers():
     for name in ("iree_st", "iree_mt"):
         p = makers[name]().prepare(g.to_mlir(), arrays)
         assert p.kernels["count"] >= 1 and p.compile_s > 0
+        cuda = p.kernels["cuda"]  # compiled for CUDA sm_80 too (counts only, no GPU)
+        assert cuda["count"] >= 1 and cuda["target"] == iree.CUDA_NOTE, cuda
         assert float(np.max(np.abs(p.output.astype(np.float64) - ref))) < 1e-5
         np.testing.assert_array_equal(p.run(), p.output)
