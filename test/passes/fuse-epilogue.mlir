@@ -1,5 +1,6 @@
 // RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-epilogue | filecheck %s
 // RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-epilogue --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=REMARK
+// RUN: fuse-opt %s --split-input-file --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=DEFAULT
 // RUN: fuse-opt %s --split-input-file --opfuse-fuse-elementwise --opfuse-fuse-epilogue="r-limit=32" --opfuse-remarks 2>&1 >/dev/null | filecheck %s --check-prefix=GUARD
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
@@ -124,4 +125,71 @@ func.func @bias_then_reshape(%x: tensor<64x32xf32>, %w: tensor<32x48xf32>, %b: t
   } -> tensor<64x48xf32> loc("bias")
   %r = tensor.expand_shape %y [[0, 1], [2]] output_shape [4, 16, 48] : tensor<64x48xf32> into tensor<4x16x48xf32> loc("unflatten")
   return %r : tensor<4x16x48xf32>
+}
+
+// -----
+
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#ch3 = affine_map<(d0, d1, d2) -> (d2)>
+
+// torch's nn.Linear on a [B, S, D] input: the matmul runs on [B*S, D] and its result is
+// expanded back to [B, S, N] ("unflat") before the bias add and the residual. The reshape
+// only splits M, so the result keeps the matmul's layout: bias and residual join it.
+// CHECK-LABEL: func.func @linear_unflat_bias_residual
+// CHECK: linalg.matmul {{.*}}opfuse.group = 0 : i64, opfuse.kind = "output"
+// CHECK: tensor.expand_shape {{.*}}opfuse.group = 0
+// CHECK: opfuse.group = 0
+// CHECK-NOT: opfuse.group = 1
+// CHECK: return
+// REMARK: remark: [opfuse-fuse-epilogue] fused: linear.mm -> linear.unflat: saving
+// REMARK: remark: [opfuse-fuse-epilogue] fused: linear.unflat -> linear: saving
+// The default pipeline puts the reshape in the consumer's group first (a reshape inside
+// the epilogue, not at its end): the same kernel.
+// DEFAULT: remark: [opfuse-fuse-producer-consumer] fused: linear.unflat -> linear
+// DEFAULT: remark: [opfuse-fuse-epilogue] fused: linear.mm -> linear.unflat: saving
+func.func @linear_unflat_bias_residual(%x: tensor<18x32xf32>, %w: tensor<32x48xf32>, %b: tensor<48xf32>, %res: tensor<2x9x48xf32>) -> tensor<2x9x48xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<18x48xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<18x48xf32>) -> tensor<18x48xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<18x32xf32>, tensor<32x48xf32>) outs(%f : tensor<18x48xf32>) -> tensor<18x48xf32> loc("linear.mm")
+  %u = tensor.expand_shape %mm [[0, 1], [2]] output_shape [2, 9, 48] : tensor<18x48xf32> into tensor<2x9x48xf32> loc("linear.unflat")
+  %e3 = tensor.empty() : tensor<2x9x48xf32>
+  %y = linalg.generic {indexing_maps = [#id3, #ch3, #id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%u, %b, %res : tensor<2x9x48xf32>, tensor<48xf32>, tensor<2x9x48xf32>) outs(%e3 : tensor<2x9x48xf32>) {
+  ^bb0(%i: f32, %j: f32, %k: f32, %o: f32):
+    %s = arith.addf %i, %j : f32
+    %t = arith.addf %s, %k : f32
+    linalg.yield %t : f32
+  } -> tensor<2x9x48xf32> loc("linear")
+  return %y : tensor<2x9x48xf32>
+}
+
+// -----
+
+#id1 = affine_map<(d0) -> (d0)>
+
+// A reshape that merges the matmul's M and N dims into one (the flat [M*N] vector) is no
+// view of its 2-D tiles: it may end the kernel (a free view of its output), but the add
+// that iterates over it stays apart, with the reason.
+// CHECK-LABEL: func.func @flatten_m_and_n
+// CHECK: tensor.collapse_shape {{.*}}opfuse.group = 0
+// CHECK: linalg.generic
+// CHECK-NOT: opfuse.group = 0
+// CHECK: return
+// REMARK: remark: [opfuse-fuse-epilogue] not fused: flat -> add: flat merges the matmul's M and N dims (16x8 into 128): not a reshape of one of them, so not a view of its tiles
+// DEFAULT: remark: [opfuse-fuse-epilogue] not fused: mm -> flat: flat merges the matmul's M and N dims (16x8 into 128): not a reshape of one of them, so not a view of its tiles
+func.func @flatten_m_and_n(%x: tensor<16x32xf32>, %w: tensor<32x8xf32>, %b: tensor<128xf32>) -> tensor<128xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<16x8xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<16x8xf32>) -> tensor<16x8xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<16x32xf32>, tensor<32x8xf32>) outs(%f : tensor<16x8xf32>) -> tensor<16x8xf32> loc("mm")
+  %flat = tensor.collapse_shape %mm [[0, 1]] : tensor<16x8xf32> into tensor<128xf32> loc("flat")
+  %e1 = tensor.empty() : tensor<128xf32>
+  %y = linalg.generic {indexing_maps = [#id1, #id1, #id1], iterator_types = ["parallel"]}
+      ins(%flat, %b : tensor<128xf32>, tensor<128xf32>) outs(%e1 : tensor<128xf32>) {
+  ^bb0(%i: f32, %j: f32, %o: f32):
+    %s = arith.addf %i, %j : f32
+    linalg.yield %s : f32
+  } -> tensor<128xf32> loc("add")
+  return %y : tensor<128xf32>
 }

@@ -28,15 +28,17 @@ from mlir import ir
 from ..errors import OpfuseError  # noqa: F401  (re-exported for the emitters' messages)
 from .evaluate import (
     Evaluator,
+    Leaf,
     compose,
     generic_domain,
     iterators_of,
+    linearize,
     maps_of,
     n_inputs,
 )
-from .evaluate_movement import pull
+from .evaluate_movement import _depends, pull
 from .group import Group, require
-from .kernel import KernelBuilder, numel, shape_of
+from .kernel import KernelBuilder, delinearize, numel, shape_of
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,8 @@ class Contraction:
         loops: its loops by role.
         M, N, K: the loop sizes; ``batch_shape``: sizes of the batch loops.
         a_type, b_type, c_type: element types of A, B and the accumulator C.
-        placements: per output index of the group, which dim of C each of the output's
-            dims is (``[1, 0]``: the output is C transposed).
+        placements: per output index of the group, where the output sits on C
+            (:class:`Placement`: C transposed, or reshaped along M, N or batch dims).
     """
 
     op: ir.Operation
@@ -72,7 +74,11 @@ class Contraction:
     a_type: ir.Type
     b_type: ir.Type
     c_type: ir.Type
-    placements: dict[int, list[int]]
+    placements: dict[int, "Placement"]
+
+    @property
+    def c_shape(self) -> list[int]:
+        return list(shape_of(self.op.results[0].type))
 
     @property
     def n_batch(self) -> int:
@@ -86,11 +92,11 @@ class Contraction:
         c_shape = shape_of(op.results[0].type)
         placements = {}
         for o in group.outputs:
-            place = _placement(o.value, op.results[0], len(c_shape))
+            place = Placement.of(o.value, op.results[0])
             require(
                 place is not None,
-                f"an output of shape {o.shape} that is not a permutation of the "
-                f"contraction's {c_shape}",
+                f"an output of shape {o.shape} that is neither a permutation of the "
+                f"contraction's {c_shape} nor a reshape of its M, N or batch dims",
             )
             placements[o.index] = place
         return cls(
@@ -153,13 +159,37 @@ def store_outputs(
     are preset in ``ev``) and store it, under ``pred`` (None: always)."""
     for o in group.outputs:
         leaf = group.output_leaf(o, group.result_param(kb.params, o.index))
-        at = tuple(c_idx[k] for k in c.placements[o.index])  # the output's index of this point
+        place = c.placements[o.index]
+        at = place.index(c_idx, c.c_shape, kb.ctx)  # the output's index of this point
+        if not place.permutation:
+            _alias_accumulators(kb, ev, group, o.value, at, c_idx)
         val = ev.value(o.value, at)
+        if place.row_major:  # C's layout: store at C's index (no div/mod in the address)
+            leaf, at = Leaf(leaf.mem, tuple(c.c_shape), leaf.element_type), tuple(c_idx)
         if pred is None:
             ev.store(leaf, at, val)
         else:
             with kb.if_(pred):
                 ev.store(leaf, at, val)
+
+
+def _alias_accumulators(kb: KernelBuilder, ev: Evaluator, group: Group, v: ir.Value,
+                        at: tuple, c_idx: tuple) -> None:
+    """Make the accumulators preset at C's index ``c_idx`` visible where evaluating
+    output ``v`` at ``at`` will look for them. Through a reshape that index is
+    ``linearize(delinearize(row))``, which MLIR does not simplify back to ``row``: each
+    contraction result preset at ``c_idx`` is preset again, with the same value, at the
+    index the evaluator pulls from ``at`` (a SwiGLU epilogue reads two)."""
+    for op in group.ops():
+        if op.name != "linalg.generic" or "reduction" not in iterators_of(op):
+            continue
+        r = op.results[0]
+        val = kb.memo_get(("v", r, ev.canonical(r, c_idx)))
+        if val is None:
+            continue
+        pulled = pull(v, r, at, len(kb.dims), kb.ctx)
+        if pulled is not None:
+            ev.preset(r, pulled, val)
 
 
 def _contraction(group: Group) -> ir.Operation:
@@ -215,12 +245,70 @@ def _loops(op: ir.Operation) -> Loops:
     return Loops(batch, m_dims[0], n_dims[0], k_dims[0], generic_domain(op))
 
 
-def _placement(v: ir.Value, c: ir.Value, rank: int) -> list[int] | None:
+@dataclass(frozen=True)
+class Block:
+    """Dims of an output and dims of C that hold the same elements in the same row-major
+    order: one of each (a permutation), several output dims and one of C (C's dim split,
+    e.g. M = B*S into B, S, listed major to minor), or one output dim and several of C
+    (merged)."""
+
+    out_dims: tuple[int, ...]
+    c_dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one output of an output group sits on C: its dims in blocks of C's dims.
+
+    Attributes:
+        blocks: the output's dims of size > 1 by block (a size-1 dim's index is 0).
+        shape: the output's shape.
+        permutation: every block is one dim to one dim (C, or C transposed: the index is
+            C's index permuted, so the evaluator finds the accumulators as they are).
+        row_major: the output has C's layout (blocks in C's dim order, splits and merges
+            in order): it can be stored at C's index.
+    """
+
+    blocks: tuple[Block, ...]
+    shape: tuple[int, ...]
+    permutation: bool
+    row_major: bool
+
+    @classmethod
+    def of(cls, v: ir.Value, c: ir.Value) -> "Placement | None":
+        """``v``'s placement, when ``v`` is C seen through elementwise ops, transposes and
+        reshapes that split or merge C's dims; None otherwise. Followed through the
+        first operand that reaches C: if another path reads C elsewhere, the evaluator
+        misses the accumulators and the emitter gives up (Unsupported), so a wrong guess
+        cannot produce a wrong kernel."""
+        shape, c_shape = tuple(shape_of(v.type)), tuple(shape_of(c.type))
+        perm = _permutation(v, c, len(c_shape))
+        if perm is not None:
+            blocks = tuple(Block((i,), (k,)) for i, k in enumerate(perm))
+            return cls(blocks, shape, True, perm == list(range(len(c_shape))))
+        blocks = _reshape_blocks(v, c, shape, c_shape)
+        if blocks is None:
+            return None
+        order = [b.c_dims for b in blocks]
+        flat_c = [j for b in order for j in b]
+        flat_o = [i for b in blocks for i in b.out_dims]
+        row_major = flat_c == sorted(flat_c) and flat_o == sorted(flat_o)
+        return cls(blocks, shape, False, row_major)
+
+    def index(self, c_idx: tuple, c_shape: list[int], ctx: ir.Context) -> tuple:
+        """The output's index at C's index ``c_idx``."""
+        at = [ir.AffineConstantExpr.get(0, ctx)] * len(self.shape)
+        for b in self.blocks:
+            flat = linearize([c_idx[j] for j in b.c_dims], [c_shape[j] for j in b.c_dims])
+            for i, e in zip(b.out_dims, delinearize(flat, [self.shape[i] for i in b.out_dims])):
+                at[i] = e
+        return tuple(at)
+
+
+def _permutation(v: ir.Value, c: ir.Value, rank: int) -> list[int] | None:
     """For output ``v`` of the group: which dim of C each of ``v``'s dims is, when ``v`` is
     C seen through elementwise ops and transposes (``v[i0, i1] = f(C[i1, i0])`` gives
-    ``[1, 0]``); None otherwise. Followed through the first operand that reaches C: if
-    another path reads C elsewhere, the evaluator misses the accumulators and the emitter
-    gives up (Unsupported), so a wrong guess cannot produce a wrong kernel."""
+    ``[1, 0]``); None otherwise."""
     ctx = c.context
     dims = [ir.AffineDimExpr.get(i, ctx) for i in range(len(shape_of(v.type)))]
     # (unit dims kept as they are: the kernels index C's size-1 dims with their own dims)
@@ -234,6 +322,88 @@ def _placement(v: ir.Value, c: ir.Value, rank: int) -> list[int] | None:
             return None
         where[e.position] = k
     return [where[d] for d in range(rank)]
+
+
+def _reshape_blocks(v: ir.Value, c: ir.Value, shape: tuple, c_shape: tuple
+                    ) -> tuple[Block, ...] | None:
+    """``v``'s dims and C's (size-1 dims left out) in blocks, when reading ``v`` at ``q``
+    reads C at an index whose every dim is either a row-major linear form of some of
+    ``q``'s dims (a split: ``C[q0*S + q1, q2]``) or one dim's row-major digit (a merge:
+    ``C[q0 floordiv F, q0 mod F]``); None otherwise."""
+    ctx = c.context
+    n = len(shape)
+    q = [ir.AffineDimExpr.get(i, ctx) for i in range(n)]
+    pulled = pull(v, c, tuple(q), n, ctx)
+    if pulled is None or len(pulled) != len(c_shape):
+        return None
+    deps = {}
+    for j, e in enumerate(pulled):
+        if c_shape[j] == 1:
+            continue
+        deps[j] = [i for i in range(n) if shape[i] != 1 and _depends(e, i, n, ctx)]
+        if not deps[j]:
+            return None
+    blocks: list[Block] = []
+    claimed: set[int] = set()
+    for j in sorted(deps):
+        if j in (c for b in blocks for c in b.c_dims):
+            continue
+        outs = deps[j]
+        if len(outs) == 1:  # one output dim: it may be made of several C dims (a merge)
+            js = [k for k in sorted(deps) if deps[k] == outs]
+            sizes = [c_shape[k] for k in js]
+            if numel(sizes) != shape[outs[0]]:
+                return None
+            if len(js) > 1 and tuple(delinearize(q[outs[0]], sizes)) != tuple(
+                    pulled[k] for k in js):
+                return None
+            if len(js) == 1 and pulled[j] != q[outs[0]]:
+                return None
+            block = Block(tuple(outs), tuple(js))
+        else:  # several output dims of one C dim (a split), in stride order
+            strides = _strides(pulled[j], outs, n, ctx)
+            if strides is None:
+                return None
+            outs = sorted(outs, key=lambda i: -strides[i])
+            sizes = [shape[i] for i in outs]
+            if numel(sizes) != c_shape[j] or [strides[i] for i in outs] != [
+                    numel(sizes[k + 1:]) for k in range(len(sizes))]:
+                return None
+            block = Block(tuple(outs), (j,))
+        if claimed & set(block.out_dims):
+            return None
+        claimed |= set(block.out_dims)
+        blocks.append(block)
+    if claimed != {i for i in range(n) if shape[i] != 1}:
+        return None
+    return tuple(blocks)
+
+
+def _strides(e: ir.AffineExpr, dims: list[int], n: int, ctx) -> dict[int, int] | None:
+    """The coefficient of each of ``dims`` in ``e`` when ``e`` is exactly their linear
+    combination (no constant, no other dim, no floordiv/mod); None otherwise."""
+    if not _linear(e):
+        return None
+
+    def at(values: dict[int, int]) -> int | None:
+        subst = [ir.AffineConstantExpr.get(values.get(k, 0), ctx) for k in range(n)]
+        r = e.compose(ir.AffineMap.get(n, 0, subst, ctx)).maybe_downcast()
+        return r.value if isinstance(r, ir.AffineConstantExpr) else None
+
+    if at({}) != 0:
+        return None
+    return {i: at({i: 1}) for i in dims}
+
+
+def _linear(e: ir.AffineExpr) -> bool:
+    e = e.maybe_downcast()
+    if isinstance(e, (ir.AffineDimExpr, ir.AffineConstantExpr)):
+        return True
+    if isinstance(e, ir.AffineAddExpr):
+        return _linear(e.lhs) and _linear(e.rhs)
+    if isinstance(e, ir.AffineMulExpr):
+        return _linear(e.lhs) and isinstance(e.rhs.maybe_downcast(), ir.AffineConstantExpr)
+    return False
 
 
 def emit_matmul(group: Group, module: ir.Module, name: str) -> KernelBuilder:
@@ -252,4 +422,4 @@ def emit_mma(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     return emit(group, module, name)
 
 
-__all__ = ["Contraction", "Loops", "emit_matmul", "emit_mma", "store_outputs"]
+__all__ = ["Block", "Contraction", "Loops", "Placement", "emit_matmul", "emit_mma", "store_outputs"]
