@@ -62,9 +62,10 @@ def test_zoo_model_compiles_and_matches_eager(entry):
 def test_gpt2_attention_is_one_kernel_per_layer_with_its_kv_cache():
     """GPT-2 returns each layer's permuted K and V (``past_key_values``, use_cache=True):
     each layer's attention is still one kernel, reading K and V through its own views,
-    and one loop kernel beside it copies the cache out. 19 kernels in all: Inductor's
-    count on this model (``python -m bench --zoo gpt2``); 21 while the returned K/V kept
-    attention as three kernels."""
+    and one loop kernel beside it copies the cache out. 17 kernels in all (Inductor: 19,
+    ``python -m bench --zoo gpt2``): each FFN's tanh GELU is its matmul's epilogue through
+    the unflat reshape (19 before that, 21 while the returned K/V kept attention as three
+    kernels)."""
     entry = next(m for m in ZOO if m.name == "gpt2")
     r = _compiled(entry)
     layers = entry.build().config.n_layer
@@ -76,7 +77,7 @@ def test_gpt2_attention_is_one_kernel_per_layer_with_its_kv_cache():
     assert not any("softmax" in " ".join(k["members"]) for k in kernels if k["kind"] != "attention")
     copies = [k for k in kernels if k["kind"] == "loop" and k["flops"] == 0]
     assert len(copies) == layers, [k["members"] for k in copies]
-    assert r["fused"] == 19, kinds
+    assert r["fused"] == 17, kinds
     for got, want in zip(r["got"].past_key_values.layers, r["want"].past_key_values.layers, strict=True):
         for g, w in ((got.keys, want.keys), (got.values, want.values)):
             assert g.shape == w.shape
