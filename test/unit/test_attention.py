@@ -30,7 +30,7 @@ from opfuse.codegen.gpu import compile_module
 from opfuse.frontends.graphs import graphs
 from opfuse.ir import parse_module
 
-from attention_cases import Case, assert_matches, device_args, graph, inputs
+from attention_cases import Case, assert_matches, device_args, graph, inputs, mask_branches
 
 HAVE_PTXAS = ptxas.find_ptxas() is not None
 
@@ -117,6 +117,33 @@ def _check(c: Case, backend: str) -> None:
 @pytest.mark.parametrize("case", CI_CASES, ids=str)
 def test_attention_matches_float64_sdpa(case, backend):
     _check(case, backend)
+
+
+@pytest.mark.parametrize("case", [
+    Case(heads=2, queries=128, keys=128, head_dim=32, causal=True),
+    Case(heads=2, queries=129, keys=129, head_dim=64, causal=True),
+    Case(heads=1, queries=100, keys=130, head_dim=32, causal=True, mask="float"),
+    Case(heads=2, queries=70, head_dim=64, dtype="bf16", causal=True),
+], ids=str)
+def test_simt_tiles_below_the_diagonal_skip_the_causal_mask(case):
+    """As the tensor-core kernel (test_attention_mma.py): the thread's scores of a tile
+    below the causal diagonal are evaluated without the mask (no compare, no select),
+    the other tiles' with it; numerics = float64 with key tails."""
+    g, exe = _compiled(case)
+    program = compile_module(exe._source, lower=False, matmul="simt")
+    (k,) = program.kernels.values()
+    assert k.emitter == "attention" and k.meta["causal"] == 0
+    (branches,) = mask_branches(program)
+    below, other = branches
+    scores = below["arith.mulf"]  # the scale, once per score, in both
+    assert scores == other["arith.mulf"] > 0
+    assert other["arith.select"] - below["arith.select"] == scores
+    assert other["arith.cmpi"] - below["arith.cmpi"] == scores
+    if case.mask is None and case.n % k.meta["tile"][1] == 0:
+        assert below["arith.cmpi"] == below["arith.select"] == 0
+    args = inputs(g, case)
+    (out,) = emulate.run_program(program, device_args(case, args))
+    assert_matches(case, out, args)
 
 
 def pytest_generate_tests(metafunc):

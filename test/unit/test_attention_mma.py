@@ -33,7 +33,7 @@ from opfuse.errors import OpfuseError
 from opfuse.frontends.graphs import graphs
 from opfuse.ir import parse_module
 
-from attention_cases import Case, assert_matches, device_args, graph, inputs
+from attention_cases import Case, assert_matches, device_args, graph, inputs, mask_branches
 from test_attention import ALWAYS, _store_bases
 from test_codegen_mma import run_emulated
 
@@ -86,6 +86,35 @@ def test_matches_float64_sdpa(case):
     if case.n > 1:
         assert emu.stats.mma > 0
         assert emu.stats.ldmatrix_wavefronts == emu.stats.ldmatrix_matrices  # no bank conflicts
+
+
+@pytest.mark.parametrize("case", [
+    Case(heads=1, queries=128, keys=128, head_dim=64, dtype="f16", causal=True),
+    Case(heads=2, queries=129, keys=129, head_dim=64, dtype="bf16", causal=True),
+    Case(heads=2, queries=100, keys=130, head_dim=32, dtype="f16", causal=True, mask="bool"),
+    Case(heads=4, kv_heads=2, queries=70, head_dim=128, dtype="bf16", causal=True),
+], ids=str)
+def test_tiles_below_the_diagonal_skip_the_causal_mask(case):
+    """A causal kernel evaluates its scores twice, by tile: below the diagonal (every key
+    of the tile <= every row of the block) without the mask (only the scale: one mulf per
+    score, no compare or select), else with it; numerics = float64 over lengths that are
+    not multiples of the tiles (key tails, a boolean mask on top of the causal one)."""
+    g, _, program = _compiled(case)
+    (k,) = program.kernels.values()
+    assert k.emitter == "attention_mma" and k.meta["causal"] == 0
+    scores = 4 * (k.meta["tile"][1] // 8)  # per lane: 4 per 16x8 accumulator tile
+    (branches,) = mask_branches(program)
+    below, other = branches
+    assert below["arith.mulf"] == other["arith.mulf"] == scores
+    # the causal mask is one compare and one select per score, and only the other tiles
+    # have them (a key tail's compares and selects, a boolean mask's, are in both)
+    assert other["arith.select"] - below["arith.select"] == scores
+    assert other["arith.cmpi"] - below["arith.cmpi"] == scores
+    if case.mask is None and case.n % k.meta["tile"][1] == 0:
+        assert below["arith.cmpi"] == below["arith.select"] == 0
+    args = inputs(g, case)
+    _, (out,) = run_emulated(program, device_args(case, args))
+    assert_matches(case, out, args)
 
 
 def test_the_race_check_covers_the_pipeline(monkeypatch):

@@ -95,6 +95,10 @@ class Attention:
     causal: int | None  # every key n > m + causal is masked (-inf), when known
     probs_type: ir.Type | None  # the element type P is cast to before PV (None: no cast)
     ops: list[ir.Operation] = field(default_factory=list)  # every op of the pattern
+    #: The causal mask's payload selects and the operand each keeps where its predicate
+    #: holds: on a key tile wholly at or below the diagonal (every key ``n <= m + causal``
+    #: for every row) each one is that operand, and a kernel need not evaluate the mask.
+    causal_selects: dict[ir.Operation, int] = field(default_factory=dict)
 
     @property
     def head(self) -> int:
@@ -199,6 +203,7 @@ class _Trees:
         self.consts: dict[str, ir.Attribute] = {}
         self.indices: dict[str, ir.AffineExpr] = {}
         self.reads: dict[tuple, tuple[ir.Value, Index]] = {}
+        self.selects: dict[Tree, list[ir.Operation]] = {}  # the payload ops of select trees
         # dims of extent 1 are 0: a view may have dropped one (delinearizing over a unit
         # dim gives the constant 0), and the same read must give the same tree
         with ctx:
@@ -308,6 +313,8 @@ class _Trees:
                 n = len(inner.results)
                 trees = [("op", inner.name, key, *children) if n == 1 else
                          ("op", inner.name, key + (("#", str(k)),), *children) for k in range(n)]
+                if inner.name == "arith.select":
+                    self.selects.setdefault(trees[0], []).append(inner)
             for res, t in zip(inner.results, trees):
                 env[res] = t
             return trees
@@ -381,7 +388,7 @@ def match(pv_op: ir.Operation, twin: Twin) -> Attention | str | None:
     return Attention(
         qk, pv, qk_op.operands[0], q_idx, qk_op.operands[1], k_idx, pv_op.operands[1], v_idx,
         score, score_idx, n_dims, causal_offset(x_tree, trees, pv.m, pv.k), probs_type,
-        list(dict.fromkeys(ops)),
+        list(dict.fromkeys(ops)), causal_selects(x_tree, trees, pv.m, pv.k),
     )
 
 
@@ -509,12 +516,21 @@ def _leaves(t: Tree):
 def causal_offset(x: Tree, trees: _Trees, m: int, n: int) -> int | None:
     """``c`` when the score tree ``x`` is ``-inf`` wherever key ``n > m + c`` (a causal
     mask, found from the index comparisons that select ``-inf``), else None."""
-    offsets = [c for c in _masked(x, trees, m, n) if c is not None]
+    offsets = [c for c, _, _ in _masked(x, trees, m, n) if c is not None]
     return min(offsets) if offsets else None
 
 
-def _masked(t: Tree, trees: _Trees, m: int, n: int) -> list[int | None]:
-    """Causal offsets of the regions where ``t`` is certainly -inf."""
+def causal_selects(x: Tree, trees: _Trees, m: int, n: int) -> dict[ir.Operation, int]:
+    """The payload selects of the causal masks of score tree ``x`` (those
+    :func:`causal_offset` found) and the operand each keeps (1 or 2) where ``n <= m +
+    c``: with ``c`` the smallest offset, every one of them keeps it there."""
+    return {op: kept for c, t, kept in _masked(x, trees, m, n) if c is not None
+            for op in trees.selects.get(t, ())}
+
+
+def _masked(t: Tree, trees: _Trees, m: int, n: int) -> list[tuple[int | None, Tree, int]]:
+    """(causal offset, select tree, the operand it keeps where it is not -inf) of the
+    selects that make ``t`` certainly -inf in a region."""
     if t[0] != "op":
         return []
     name, kids = t[1], t[3:]
@@ -531,11 +547,14 @@ def _masked(t: Tree, trees: _Trees, m: int, n: int) -> list[int | None]:
     if name == "arith.select":
         cond, a, b = kids
         out = []
-        for branch, keep_when in ((b, True), (a, False)):
+        for branch, keep_when, kept in ((b, True, 1), (a, False, 2)):
             if branch[0] == "const" and _float(trees.consts[branch[1]]) == -math.inf:
                 form = _predicate(cond, trees)
                 if form is not None:
-                    out.append(_causal(form if keep_when else _negate(form), m, n))
+                    out.append((_causal(form if keep_when else _negate(form), m, n), t, kept))
+                # where the kept operand is -inf, so is the select (a causal mask inside
+                # a boolean one: where(mask, where(causal, s, -inf), -inf))
+                out += _masked(kids[kept], trees, m, n)
         return out
     return []
 

@@ -21,7 +21,7 @@ over query blocks, ``grid.y`` over batch x heads — and walks the keys in tiles
 
 S and P never leave the chip. With a causal mask (keys ``n > m + c`` are ``-inf``,
 recognized from the index comparisons) the loop stops at the block's last useful key
-tile. Head dims up to 32, 64 and 128 have their own tiles; others (80, 96, ...) are
+tile, and key tiles wholly below the diagonal evaluate the scores without the mask. Head dims up to 32, 64 and 128 have their own tiles; others (80, 96, ...) are
 padded with zeros in shared memory to a multiple of 8 (the slower path), larger ones use
 smaller tiles until Q, K/V and P fit the static shared memory. Sequence lengths need not
 be multiples of the tiles: rows and keys are clamped for loads and masked for stores and
@@ -44,6 +44,7 @@ from .attention_plan import (
     AttentionEvaluator,
     Plan,
     at,
+    below_diagonal,
     binary,
     clamped,
     elem_type,
@@ -55,6 +56,7 @@ from .attention_plan import (
     plan,
     reciprocal_or_zero,
     rescale,
+    scores_by_tile,
     select,
     to_f32,
 )
@@ -245,12 +247,18 @@ class _Kernel:
         self._stage_k(n0)
         self._barrier()
         s = self._scores()
-        keys, key_ok = [], []
-        for j in range(tc):
-            key, ok = self._clamped(n0 + self.tx * tc + j, self.N, self.bn)
-            keys.append(key)
-            key_ok.append(ok)
-        x = [[self._score(s[i][j], i, keys[j], key_ok[j]) for j in range(tc)] for i in range(tr)]
+
+        def scores() -> list[ir.Value]:
+            keys, key_ok = [], []
+            for j in range(tc):
+                key, ok = self._clamped(n0 + self.tx * tc + j, self.N, self.bn)
+                keys.append(key)
+                key_ok.append(ok)
+            return [self._score(s[i][j], i, keys[j], key_ok[j]) for i in range(tr) for j in range(tc)]
+
+        below = below_diagonal(kb, att, self.m0, n0, self.bn)
+        flat = scores_by_tile(kb, self.ev, att, below, tr * tc, scores)
+        x = [flat[i * tc: (i + 1) * tc] for i in range(tr)]
         m_new, l_new, probs = [], [], []
         for i in range(tr):
             mt = x[i][0]

@@ -38,7 +38,9 @@ Pipeline, with one commit per copy so the wait counts are the same every tile::
         O += P V
 
 Causal masks (keys ``n > m + c`` masked) end the loop at the block's last useful key
-tile, as the SIMT kernel does. Tails: rows past the end are zero-filled by the copies and
+tile, as the SIMT kernel does, and a key tile wholly below the diagonal for every row of
+the block evaluates the scores without the causal mask (``scf.if`` on the tile: its
+selects are bypassed, nothing of the mask is computed), as FlashAttention-2 does. Tails: rows past the end are zero-filled by the copies and
 masked at the store, keys past the end zero-filled (V) and ``-inf`` (scores), head dims
 padded with zeros to a multiple of 16. Operands must be views of kernel parameters whose
 head-dim elements are contiguous (cp.async copies 16, 8 or 4 bytes); otherwise, and for
@@ -60,6 +62,7 @@ from .attention_plan import (
     AttentionEvaluator,
     Plan,
     at,
+    below_diagonal,
     binary,
     clamped,
     elem_type,
@@ -71,6 +74,7 @@ from .attention_plan import (
     plan,
     reciprocal_or_zero,
     rescale,
+    scores_by_tile,
     select,
     to_f32,
 )
@@ -354,14 +358,18 @@ class _Kernel:
                 pair = w.load_b(tile_k, 8 * t, 16 * s, tiles=min(2, bn // 8 - t))
                 for u, b in enumerate(pair):
                     accs[t + u] = w.mma(self.q_frags[s], b, accs[t + u])
-        out = []
-        for t in range(bn // 8):
+
+        def scores() -> list[ir.Value]:
             xs = []
-            for i in range(4):
-                key, key_ok = self._clamped(n0 + 8 * t + self.cols[i & 1], self.N, self.bn)
-                xs.append(self._score(accs[t][i], i // 2, key, key_ok))
-            out.append(xs)
-        return out
+            for t in range(bn // 8):
+                for i in range(4):
+                    key, key_ok = self._clamped(n0 + 8 * t + self.cols[i & 1], self.N, self.bn)
+                    xs.append(self._score(accs[t][i], i // 2, key, key_ok))
+            return xs
+
+        below = below_diagonal(kb, self.att, self.m0, n0, bn)
+        flat = scores_by_tile(kb, self.ev, self.att, below, 4 * (bn // 8), scores)
+        return [flat[4 * t: 4 * t + 4] for t in range(bn // 8)]
 
     def _score(self, s: ir.Value, h: int, key, key_ok) -> ir.Value:
         """X at (row h of the lane, key) in f32: the graph's pointwise ops on S; -inf past

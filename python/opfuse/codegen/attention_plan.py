@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, scf
 
 from ..analysis.attention import Attention, generic_twin, match, reductions_read
 from ..analysis.indexing import Index, compose, shape_of, substitute
@@ -144,17 +144,54 @@ def kernel_meta(att: Attention, tile: tuple[int, int], padded: tuple[int, int],
 
 class AttentionEvaluator(Evaluator):
     """An evaluator that returns :attr:`held` values for S and O (the kernel's own, for
-    the point being evaluated) instead of computing the matmuls."""
+    the point being evaluated) instead of computing the matmuls, and, while
+    :attr:`bypass` is set (a key tile below the diagonal), each causal select as the
+    operand it keeps there, so the causal mask is not evaluated at all."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.held: dict[ir.Value, Val] = {}
+        self.bypass: dict[ir.Operation, int] = {}
 
     def value(self, v: ir.Value, idx) -> Val:
         held = self.held.get(v)
         if held is not None:
             return held
         return super().value(v, idx)
+
+    def bypassed(self, op: ir.Operation) -> int | None:
+        return self.bypass.get(op)
+
+
+def below_diagonal(kb: KernelBuilder, att: Attention, m0: ir.AffineExpr, n0: ir.AffineExpr,
+                   bn: int) -> ir.Value | None:
+    """Whether the key tile ``n0 .. n0 + bn - 1`` is wholly at or below the causal
+    diagonal for every row from ``m0`` on (``n0 + bn - 1 <= m0 + c``: no key of it is
+    masked for any row of the block); None when there is no causal select to skip."""
+    if att.causal is None or not att.causal_selects:
+        return None
+    return kb.cmp_lt(kb.apply(n0 + (bn - 1 - att.causal)), kb.apply(m0 + 1))
+
+
+def scores_by_tile(kb: KernelBuilder, ev: AttentionEvaluator, att: Attention, below, n: int,
+                   scores) -> list[ir.Value]:
+    """``scores()``: the tile's ``n`` f32 scores (a flat list). When ``below`` is a
+    condition, ``scf.if below`` evaluates them with the causal selects bypassed (the mask
+    costs nothing on tiles below the diagonal, as in FlashAttention-2) and the else branch
+    with the whole mask."""
+    if below is None:
+        return scores()
+    with kb.emitting():
+        branch = scf.IfOp(below, [ir.F32Type.get(kb.ctx)] * n, has_else=True)
+    with kb.at(ir.InsertionPoint(branch.then_block)):
+        ev.bypass = att.causal_selects
+        try:
+            scf.YieldOp(scores())
+        finally:
+            ev.bypass = {}
+    with kb.at(ir.InsertionPoint(branch.else_block)):
+        scf.YieldOp(scores())
+    return list(branch.results)
 
 
 def at(kb: KernelBuilder, att: Attention, exprs: Index, roles: dict[str, ir.AffineExpr],
