@@ -1,9 +1,11 @@
-"""Attention groups on the CPU: the same online softmax as the GPU kernel, as loops.
+"""Attention groups on the CPU: the tiled kernel, or the online softmax as one-row loops.
 
 The CPU lowering (:mod:`opfuse.codegen.cpu`) would otherwise turn an ``attention`` group
 into its ops' loop nests, materializing the batch x heads x queries x keys scores inside
-the function. :func:`lower_attention_kernels` replaces the body of each such function by
-loops over memrefs (one call from :func:`opfuse.codegen.cpu.prepare_loops`):
+the function. :func:`lower_attention_kernels` replaces the body of each such function (one
+call from :func:`opfuse.codegen.cpu.prepare_loops`) by the tiled, threaded kernel of
+:mod:`.cpu_attention_tiles`, or, where that kernel's per-thread workspace would be too
+large, by these loops over memrefs (single-threaded, scalar: slow, and said so):
 
     for each (batch, head), for each query row m:
         q = Q[m, :] (f32), acc = 0, m_run = -inf, l = 0
