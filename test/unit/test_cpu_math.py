@@ -124,6 +124,27 @@ def test_unary_error_bound_over_every_binade(op):
     check_specials(x, got, ref)
 
 
+def test_exp_le0_error_bound_below_zero():
+    """The attention softmax's exp (no math op: its helper called directly) over every
+    binade of x <= 0, plus 0, -inf and NaN: within its bound down to e**-87, 0 below."""
+    x = sweep()
+    x = np.concatenate([x[(x <= 0) | np.isnan(x)], np.float32([-87.0, -87.00001, -88.0])])
+    n = x.size
+    name = cpu_math.helper_name("exp_le0", "f32")
+    text = unary_module("exp", n).replace("math.exp %a : f32", f"func.call @{name}(%a) : (f32) -> f32")
+    got = run(text + cpu_math.helper_text("exp_le0", "f32"), x)
+    with np.errstate(all="ignore"):
+        ref = np.exp(x.astype(np.float64))
+    live = x >= -87.0
+    err = ulp_error(got[live], ref[live])
+    worst = int(np.argmax(err))
+    assert err.max() <= cpu_math.ULP_BOUNDS["exp_le0"], (
+        f"{err.max():.2f} ulp at x={x[live][worst]!r}: got {got[live][worst]!r}")
+    flushed = got[(x < -87.0) & ~np.isnan(x)]
+    assert flushed.size and np.all(flushed == 0)
+    assert np.isnan(got[np.isnan(x)]).all() and got[x == 0].tolist() == [1.0] * int((x == 0).sum())
+
+
 def test_pow_error_bound_and_c99_special_cases():
     rng = np.random.default_rng(1)
     n = 1 << 15

@@ -10,7 +10,8 @@ per-thread workspace planned once per program (:mod:`opfuse.codegen.cpu_buffers`
     S  = Qt · Kᵀ[:, :kend]               micro-kernel; kend = N, or the causal bound of
                                           the tile (key blocks above the diagonal skipped)
     S  = X(S)                             the graph's own scale and masks, pointwise
-    P  = exp(S - rowmax) (rounded to P's type), l = rowsum(P)     vector loops
+    P  = exp(S - rowmax) (rounded to P's type), l = rowsum(P)     vector loops (an exp
+                                          for x <= 0: cpu_math's exp_le0)
     Ot = P · V                            micro-kernel
     O[m0 + i, :] = Ot[i, :] / l_i         (0 where l_i = 0: every key masked, like SDPA)
 
@@ -40,6 +41,7 @@ from mlir.dialects import func as func_d
 
 from ..analysis.indexing import delinearize, numel
 from .attention_plan import AttentionEvaluator, Plan, at, binary, elem_type, from_f32, key_bound, to_f32
+from . import cpu_math
 from .cpu_matmul import Blocking, blocking, mm_text
 from .evaluate import Val
 from .group import Group
@@ -122,6 +124,7 @@ def helper_texts(p: Plan, b: Blocking | None = None) -> dict[str, str]:
         "scores": _products_text("scores", b),
         "pv": _products_text("pv", b),
         f"softmax_{ptype}": _softmax_text(ptype, b),
+        "exp": cpu_math.helper_text("exp_le0", f"vector<{b.lanes}xf32>"),
     }
 
 
@@ -170,7 +173,7 @@ def _softmax_text(ptype: str, b: Blocking) -> str:
     """``@__opfuse_att_softmax_<p>(S, soff, rows, n, lds, L, loff)``: each row of S[:rows,
     :n] becomes exp(x - max) (rounded to ``ptype`` as P·V reads it), L[loff + i] =
     1 / sum (0 when every score is -inf). Vectors of the host's width, the tail masked
-    (its lanes read -inf: exp gives 0)."""
+    (its lanes read -inf: exp gives 0); exp is cpu_math's ``exp_le0`` (x - max <= 0)."""
     vl = b.lanes
     vf, vm = f"vector<{vl}xf32>", f"vector<{vl}xi1>"
     rnd = ""
@@ -210,7 +213,7 @@ func.func private @{_PREFIX}softmax_{ptype}(%s: {_FLAT}, %soff: index, %rows: in
       %o = arith.addi %row, %j : index
       %x = vector.maskedload %s[%o], %mask, %vninf : {_FLAT}, {vm}, {vf} into {vf}
       %d = arith.subf %x, %vmu : {vf}
-      %e = math.exp %d : {vf}
+      %e = func.call @{cpu_math.helper_name("exp_le0", vf)}(%d) : ({vf}) -> {vf}
 {rnd}      vector.maskedstore %s[%o], %mask, {value} : {_FLAT}, {vm}, {vf}
       %a = arith.addf %acc, {value} : {vf}
       scf.yield %a : {vf}
