@@ -113,7 +113,9 @@ def _duplicate_producers(planner: Planner, options: Options,
         if any(v in graph.nodes[r].gathers for r in graph.readers(v)):
             continue  # a gather reads it whole (in a body or through tensor.extract): one tensor
         out_bytes = value_bytes(v)
-        in_bytes = sum(value_bytes(r) for r in node.reads)
+        # a mover reads at most one input element per element it writes: a copy of a
+        # slice re-reads the slice, not the tensor it is cut from
+        in_bytes = min(sum(node.read_bytes(r) for r in node.reads), out_bytes)
         q_keep = out_bytes * (1 + len(consumers))  # write once, read back by every consumer
         q_dup = in_bytes * len(consumers) + (out_bytes if v in graph.returned else 0)
         numbers = {"q_keep": q_keep, "q_dup": q_dup, "copies": len(consumers),

@@ -84,6 +84,28 @@ def test_gpt2_attention_is_one_kernel_per_layer_with_its_kv_cache():
             assert (g - w).abs().max().item() <= TOL * max(1.0, w.abs().max().item())
 
 
+def test_gpt_neox_partial_rotary_and_attention():
+    """GPT-NeoX cuts the rotary quarter of each head out of the packed QKV projection
+    (view, permute, split, slice): counted as reading the slice, not the projection, each
+    RoPE is one loop kernel with its rotate_half, and the attention, whose returned K
+    cache is the rotated K, is one kernel per layer (33 kernels before, 23 now; Inductor
+    19, the rest are the projections' bias adds behind the 'unflatten' reshape)."""
+    entry = next(m for m in ZOO if m.name == "gpt_neox")
+    r = _compiled(entry)
+    layers = entry.build().config.num_hidden_layers
+    err = max_error(r["got"], r["want"])
+    assert err <= TOL, f"max error {err:.3g}"
+    (program,) = r["programs"]
+    (part,) = program.report["partitions"]
+    kernels = part["report"]["kernels"]
+    kinds = [k["kind"] for k in kernels]
+    assert kinds.count("attention") == layers, kinds
+    rope = [k for k in kernels if k["kind"] == "loop" and any(m.startswith("neg") for m in k["members"])]
+    assert len(rope) == 2 * layers and all(any("cos" in m for m in k["members"]) for k in rope), \
+        [k["members"] for k in rope]
+    assert r["fused"] <= 23, kinds
+
+
 def test_roberta_gpu_program_builds_and_runs_in_the_emulator(capsys):
     """Regression: RoBERTa's GPU program did not build ("@forward_opfuse_0: 'linalg.generic'
     in the host function"): the i8 fill under its padding mask, a fill written as a

@@ -43,9 +43,13 @@ class Node:
     # bytes of a gathered tensor the op actually reads: one element per extract and point
     # (an embedding reads the rows its ids select, not the whole table), at most the tensor
     gather_bytes: dict[ir.Value, int] = field(default_factory=dict)
+    # bytes of a tensor the op reads only part of: a slice reads the elements it selects
+    part_bytes: dict[ir.Value, int] = field(default_factory=dict)
 
     def read_bytes(self, v: ir.Value) -> int:
         """Bytes of ``v`` this op reads from device memory."""
+        if v in self.part_bytes:
+            return self.part_bytes[v]
         return self.gather_bytes.get(v, value_bytes(v))
 
     @property
@@ -90,7 +94,7 @@ class FuncGraph:
             gathers += [v for v in _read_through_scalars(op, extracted) if v not in gathers]
             reads += [v for v in gathers if v not in reads]
             node = Node(op, len(self.nodes), info, reads, list(op.results), _group_of(op),
-                        gathers=gathers, gather_bytes=gather_bytes)
+                        gathers=gathers, gather_bytes=gather_bytes, part_bytes=_sliced(op))
             for v in node.results:
                 self.producer[v] = node.index
             self.nodes.append(node)
@@ -109,6 +113,14 @@ class FuncGraph:
     def readers(self, v: ir.Value) -> list[int]:
         """Indices of the nodes that read ``v``."""
         return self._readers.get(v, [])
+
+
+def _sliced(op: ir.Operation) -> dict[ir.Value, int]:
+    """A slice reads only the elements it selects: as many as it writes."""
+    if op.name != "tensor.extract_slice" or not op.results:
+        return {}
+    source, result = op.operands[0], op.results[0]
+    return {source: min(value_bytes(source), value_bytes(result))}
 
 
 def _check_static(func_op: ir.Operation) -> None:

@@ -18,6 +18,8 @@ from ..ir import format_location
 from .graph import GROUP_ATTR, KIND_ATTR, FuncGraph, Node, value_bytes
 from .opinfo import LOOP_KINDS, OpKind
 
+_MOVERS = frozenset({OpKind.INJECTIVE, OpKind.BROADCAST})
+
 #: Group kinds only the pass that formed the group can tell (kept in ``opfuse.kind``).
 FORCED_KINDS = ("attention", "horizontal")
 
@@ -148,9 +150,7 @@ class Planner:
                 saved_reads += b
                 if self._only_read_by(v, p, c):
                     saved_writes += b
-        small, big = (p.reads, c.reads) if len(p.reads) <= len(c.reads) else (c.reads, p.reads)
-        dedup = sum(min(b, big[v]) for v, b in small.items() if v in big)
-        return p.q + c.q - saved_reads - saved_writes - dedup, saved_reads + saved_writes
+        return self._preview(p, c, 0).q, saved_reads + saved_writes
 
     def evaluate(self, p: Group, c: Group) -> cost.Verdict:
         """Ask the guard about merging producer group ``p`` into consumer group ``c``."""
@@ -423,8 +423,8 @@ class Planner:
 
     def _preview(self, p: Group, c: Group, q_fused: int) -> Group:
         reads = dict(c.reads)
-        for v, b in p.reads.items():  # both read v: the larger part of it (a gather reads less)
-            reads[v] = max(b, reads.get(v, 0))
+        for v, b in self._reads_for(p, c).items():
+            reads[v] = _both_parts(v, b, reads[v]) if v in reads else b
         for v in p.outputs:
             reads.pop(v, None)
         outputs = dict(c.outputs)
@@ -435,6 +435,19 @@ class Planner:
         k = sum(1 for v in p.outputs if v in c.reads)
         return Group(c.gid, [], reads, outputs, p.flops + c.flops, max(p.peak, c.peak + k),
                      max(p.elem_bytes, c.elem_bytes), p.kinds | c.kinds)
+
+    def _reads_for(self, p: Group, c: Group) -> dict[ir.Value, int]:
+        """What ``p`` reads once it runs inside ``c``. Data movement (transposes, reshapes,
+        slices, broadcasts) reads at most one input element per element it writes, so a
+        movers-only ``p`` whose results only ``c`` reads, and only part of them (through
+        a slice), reads at most that many bytes of its inputs: a head split followed by
+        the rotary half of it reads that half, not the whole QKV projection."""
+        if not p.kinds <= _MOVERS or not p.outputs:
+            return p.reads
+        if any(not self._only_read_by(v, p, c) for v in p.outputs):
+            return p.reads
+        needed = sum(c.reads.get(v, b) for v, b in p.outputs.items())
+        return {v: min(b, needed) for v, b in p.reads.items()}
 
     def _union(self, p: Group, c: Group) -> Group:
         if p is c:
@@ -490,6 +503,13 @@ def _merged_domain(p: Group, c: Group) -> tuple[tuple[int, ...], tuple[int, ...]
             if kind in side.kinds:
                 return side.domain, side.row_domain if side.row_domain is not None else (p.row_domain or c.row_domain)
     return c.domain, None
+
+
+def _both_parts(v: ir.Value, a: int, b: int) -> int:
+    """Bytes of ``v`` read by two parts of one kernel that read ``a`` and ``b`` bytes of it:
+    all of it if either reads all of it; else (two slices, two gathers) at most both parts."""
+    whole = value_bytes(v)
+    return whole if max(a, b) >= whole else min(whole, a + b)
 
 
 def root_of(graph: FuncGraph, g: Group) -> int:
