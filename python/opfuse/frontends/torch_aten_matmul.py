@@ -6,7 +6,9 @@ are written as the hand-made graphs write them (``opfuse.frontends.graphs``), so
 the same. Attention masks apply to the scaled scores before the softmax: a float mask is
 added, a boolean mask keeps the scores where it is true (``where(mask, s, -inf)``), and
 ``is_causal=True`` keeps row i's columns j <= i, compared from two ``iota`` of the scores'
-own shape so that the mask fuses into the softmax kernel. How rules are written:
+own shape so that the mask fuses into the softmax kernel. ``enable_gqa=True`` (grouped-query
+attention, fewer K/V heads than query heads) broadcasts each K/V head over its group of
+query heads, as transformers' ``repeat_kv`` does. How rules are written:
 ``torch_aten_rule``.
 """
 
@@ -107,9 +109,11 @@ def _sdpa(
     # softmax(Q Kᵀ · scale) V, written like opfuse.frontends.graphs._attention (G5, G6)
     if dropout_p:
         raise imp.unsupported(f"dropout_p={dropout_p} (call model.eval())")
-    if k.shape[:-2] != q.shape[:-2]:
-        raise imp.unsupported(f"key batch/heads {k.shape[:-2]} != query's {q.shape[:-2]}")
     g, n = imp.g, imp.name
+    if enable_gqa and k.shape[:-2] != q.shape[:-2]:
+        k, v = _repeat_kv(imp, q, k, f"{n}.k"), _repeat_kv(imp, q, v, f"{n}.v")
+    if k.shape[:-2] != q.shape[:-2] or v.shape[:-2] != q.shape[:-2]:
+        raise imp.unsupported(f"key batch/heads {k.shape[:-2]} != query's {q.shape[:-2]}")
     perm = (*range(k.ndim - 2), k.ndim - 1, k.ndim - 2)
     scores = _matmul_nd(g, q, g.transpose(k, perm, name=f"{n}.k_t"), f"{n}.qk")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -123,3 +127,24 @@ def _sdpa(
     elif attn_mask is not None:  # an additive float mask
         scores = g.add(scores, attn_mask, name=f"{n}.mask")
     return _matmul_nd(g, g.softmax(scores, -1, name=f"{n}.softmax"), v, n)
+
+
+def _repeat_kv(imp: RuleContext, q: Tensor, x: Tensor, n: str) -> Tensor:
+    """K or V of grouped-query attention (``enable_gqa=True``: dim -3 is the heads, Hq a
+    multiple of Hkv) read by every query head of its group: query head h reads K/V head
+    h // (Hq / Hkv), torch's ``repeat_interleave``. Written as transformers' ``repeat_kv``
+    (a size-1 group dim, broadcast, folded into the heads), which opfuse-fuse-attention
+    takes as a broadcast by indexing map: no copy of K or V is made."""
+    if x.ndim < 3 or q.ndim != x.ndim or x.shape[:-3] != q.shape[:-3]:
+        raise imp.unsupported(
+            f"enable_gqa with key/value shape {x.shape} for query shape {q.shape} "
+            "(needs the same batch dims and heads at dim -3)")
+    hq, hkv = q.shape[-3], x.shape[-3]
+    if hkv == 0 or hq % hkv:
+        raise imp.unsupported(
+            f"enable_gqa with {hq} query heads over {hkv} key/value heads "
+            "(query heads must be a multiple of key/value heads)")
+    g, lead, (s, d) = imp.g, x.shape[:-3], x.shape[-2:]
+    x = g.reshape(x, (*lead, hkv, 1, s, d), name=f"{n}.group")
+    x = g.broadcast_to(x, (*lead, hkv, hq // hkv, s, d), name=f"{n}.repeat")
+    return g.reshape(x, (*lead, hq, s, d), name=f"{n}.heads")
