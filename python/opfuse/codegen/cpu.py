@@ -28,7 +28,7 @@ from mlir.dialects import linalg, tensor
 
 from ..errors import OpfuseError
 from ..ir import clone_module, format_location  # noqa: F401  (clone_module re-exported)
-from . import cpu_buffers, cpu_math, cpu_matmul, cpu_reductions, cpu_threads, cpu_tiling
+from . import cpu_bf16, cpu_buffers, cpu_math, cpu_matmul, cpu_reductions, cpu_threads, cpu_tiling
 from .cpu_kernels import (  # noqa: F401  (re-exported: the tests and tools use them here)
     KERNEL_PIPELINE,
     KERNEL_PREFIX,
@@ -119,6 +119,7 @@ def lowering_stages(threads: int = 1) -> list[Stage]:
         Stage("extend-half-floats",
               "func.func(math-extend-to-supported-types{target-type=f32}, "
               "arith-emulate-unsupported-floats{source-types=bf16,f16 target-type=f32})"),
+        Stage("f64-to-bf16", cpu_bf16.f64_to_bf16_through_odd_f32),
         Stage("arith-expand", "arith-expand{include-bf16}"),
         # The extension marks its extf/truncf `contract`, which convert-arith-to-llvm copies
         # onto llvm.fpext/fptrunc as an #arith attribute that mlir-translate (a bundle's
@@ -144,6 +145,9 @@ def lowering_stages(threads: int = 1) -> list[Stage]:
         Stage("func-to-llvm", "convert-func-to-llvm"),
         Stage("cf-to-llvm", "convert-cf-to-llvm"),
         Stage("reconcile-casts", "reconcile-unrealized-casts"),
+        # bf16 values left (loaded, stored, selected, loop-carried) as i16: LLVM would
+        # promote them and call __truncsfbf2, which a bundle's library cannot resolve.
+        Stage("bf16-as-bits", cpu_bf16.bf16_as_bits),
     ]
 
 
