@@ -182,15 +182,7 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     kb = KernelBuilder(module, name, group.params, grid, block, shared)
     ev = Evaluator(kb, group.func, group.leaves(kb.params), lanes=lanes)
 
-    bx = kb.add_dim(kb.block_id[0])
-    tx = kb.add_dim(kb.thread_id[0])
-    ty = kb.add_dim(kb.thread_id[1])
-    row = kb.apply(bx * rows_per_block + ty) if rows_per_block > 1 else kb.block_id[0]
-    row_ok = None
-    if n_rows % rows_per_block:
-        row_ok = kb.cmp_lt(row, kb.index(n_rows))
-        row = kb.min_index(row, kb.index(n_rows - 1))
-    r = kb.add_dim(row)
+    tx, ty, r, row_ok = team_row(kb, rows_per_block, n_rows)
     row_idx = tuple(delinearize(r, rows_shape))
 
     row_chunks = _Chunks(kb, ev, tx, team, lanes, n_cols, cols_shape, chunks, stream)
@@ -226,6 +218,22 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     kb.vector_lanes = lanes
     return kb
 
+
+
+def team_row(kb: KernelBuilder, rows_per_block: int, n_rows: int):
+    """The row a team of threads owns, for a block of ``rows_per_block`` teams (threadIdx.y)
+    of threadIdx.x lanes: ``(tx, ty, row, row_ok)`` as kernel dims. In a last block past
+    the end the row is clamped to the last one and ``row_ok`` says it is not real (None
+    when every block is full), so loads stay in bounds and stores are masked."""
+    bx = kb.add_dim(kb.block_id[0])
+    tx = kb.add_dim(kb.thread_id[0])
+    ty = kb.add_dim(kb.thread_id[1])
+    row = kb.apply(bx * rows_per_block + ty) if rows_per_block > 1 else kb.block_id[0]
+    row_ok = None
+    if n_rows % rows_per_block:
+        row_ok = kb.cmp_lt(row, kb.index(n_rows))
+        row = kb.min_index(row, kb.index(n_rows - 1))
+    return tx, ty, kb.add_dim(row), row_ok
 
 class _Chunks:
     """A thread's share of its row: chunk ``c`` is the ``V``-vector at column

@@ -32,7 +32,7 @@ from ..analysis.scan import Scan, recognize
 from .evaluate import Evaluator, Val, generic_domain, iterators_of
 from .group import Group, require
 from .kernel import KernelBuilder, Shared, delinearize, numel
-from .rows import _next_pow2
+from .rows import _next_pow2, team_row
 
 WARP = 32
 #: Threads a row team may have (and threads per block for short rows).
@@ -77,15 +77,8 @@ def emit_scan(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     kb = KernelBuilder(module, name, group.params, grid, (team, rows_per_block, 1), shared)
     kb.meta = {"team": team, "items": items, "tiles": tiles, "rows_per_block": rows_per_block}
     ev = Evaluator(kb, group.func, group.leaves(kb.params))
-    bx = kb.add_dim(kb.block_id[0])
-    tx = kb.add_dim(kb.thread_id[0])
-    ty = kb.add_dim(kb.thread_id[1])
-    row = kb.apply(bx * rows_per_block + ty) if rows_per_block > 1 else kb.block_id[0]
-    row_ok = None
-    if n_rows % rows_per_block:
-        row_ok = kb.cmp_lt(row, kb.index(n_rows))
-        row = kb.min_index(row, kb.index(n_rows - 1))
-    row_idx = delinearize(kb.add_dim(row), rows_shape) if rows_shape else []
+    tx, ty, row, row_ok = team_row(kb, rows_per_block, n_rows)
+    row_idx = delinearize(row, rows_shape) if rows_shape else []
     lane = kb.apply(ir.AffineExpr.get_mod(tx, WARP))
     warp_expr = ir.AffineExpr.get_floor_div(tx, WARP)
     warp = kb.apply(warp_expr)
