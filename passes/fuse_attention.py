@@ -36,9 +36,9 @@ from mlir import ir
 
 from opfuse import cost
 from opfuse.analysis.attention import match
-from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, FuncGraph
+from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, FuncGraph, Node
 from opfuse.analysis.groups import Group, Planner
-from opfuse.analysis.opinfo import OpKind, op_key, tensor_bytes
+from opfuse.analysis.opinfo import LOOP_KINDS, OpKind, op_key, tensor_bytes
 
 from .common import FusionOptions, plan_with_twins
 
@@ -113,6 +113,7 @@ def _plan(planner: Planner, twin, copies: list[_CopyOut]) -> None:
         if fused:
             copies += [_CopyOut(graph.func, [graph.nodes[i].op for i in chain], values)
                        for chain, values in _copy_sets(planner, views)]
+            _prologues(planner, node, found, {i for chain in views.values() for i in chain})
 
 
 def _groups(planner: Planner, pattern: set[int], qk: int) -> list[Group]:
@@ -167,6 +168,118 @@ def _views_around(planner: Planner, groups: list[Group]) -> list[Group]:
                 members |= set(g.members)
                 changed = True
     return list(extra.values())
+
+
+#: What a prologue candidate may hold (a reduction only to say why it is refused).
+_PROLOGUE_KINDS = LOOP_KINDS | {OpKind.REDUCTION}
+
+
+def _prologues(planner: Planner, pv: Node, found, copied: set[int]) -> None:
+    """Take in, each as its own guard candidate, the groups that compute the attention's
+    Q or K pointwise from other tensors (the rotary embedding: ``q * cos +
+    rotate_half(q) * sin`` on the projection's heads) and that only the attention reads.
+    The kernels evaluate such a prologue while they stage Q (once per query block) or a
+    K tile, so its result never goes through device memory: the guard sees the write and
+    read of the rotated Q or K saved. Left apart: a prologue whose result is returned or
+    read elsewhere (a KV cache holding the rotated K), one on V's side (the kernels stage
+    V as a view), one that reduces or gathers, one feeding a view the attention copies
+    out (its chain would read a value the kernel does not write)."""
+    graph = planner.graph
+    v_side = _upstream(graph, pv.op.operands[1])
+    tried: set[int] = set()
+    while True:
+        att = planner.group(pv.index)
+        candidates = [g for g in planner.producer_groups(att) if g.gid not in tried
+                      and OpKind.ELEMENTWISE in g.kinds and g.kinds <= _PROLOGUE_KINDS]
+        if not candidates:
+            return
+        g = candidates[0]
+        tried.add(g.gid)
+        why_not = _prologue_refusal(planner, g, att, v_side, copied)
+        numbers, note = {}, ""
+        if why_not is None:
+            operand = next(iter(g.outputs))
+            side = "K" if _feeds(graph, operand, found.qk.op.operands[1]) else "Q"
+            reread = cost.prologue_l2_rereads(sum(g.reads.values()), tensor_bytes(operand.type),
+                                              _reads_per_element(planner, found, operand))
+            numbers = {"prologue": side, "l2_reread": reread}
+            note = f"{side} prologue: {side} computed where the kernel stages it, never written"
+            if reread:
+                note += (f"; the GPU kernel recomputes it for each query block: {reread} B more "
+                         "read from L2, not from device memory, which is what the guard counts")
+        planner.try_merge_set(
+            [g, att],
+            why="attention prologue",
+            producer=graph.nodes[g.last],
+            consumer=pv,
+            kind=KIND,
+            registers=cost.attention_registers(
+                max(found.head_dim, found.value_dim), _pointers([g, att]),
+                planner.options.target, prologue_live=len(g.reads) + g.peak),
+            check=lambda merged, why_not=why_not: why_not,
+            numbers=numbers,
+            note=note,
+        )
+
+
+def _prologue_refusal(planner: Planner, g: Group, att: Group, v_side: set[int],
+                      copied: set[int]) -> str | None:
+    graph = planner.graph
+    label = graph.nodes[g.last].label
+    if OpKind.REDUCTION in g.kinds:
+        return f"{label} reduces: no pointwise prologue of the attention"
+    if any(graph.nodes[m].gathers for m in g.members):
+        return f"{label} gathers: no pointwise prologue of the attention"
+    if any(v in graph.returned for v in g.outputs):
+        return f"{label} is also returned: the attention kernel writes only its result"
+    outside = [graph.nodes[r].label for v in g.outputs for r in graph.readers(v)
+               if r not in att.members]
+    if outside:
+        return f"{label} is also read by {outside[0]}: the attention kernel writes only its result"
+    if len(g.outputs) != 1:
+        return f"{label} computes {len(g.outputs)} operands of the attention (a prologue computes one)"
+    if set(g.members) & v_side:
+        return f"{label} computes V (the kernels stage V as a view of its input)"
+    views = [graph.nodes[r].label for v in g.outputs for r in graph.readers(v) if r in copied]
+    if views:
+        return (f"{label} is also returned or read elsewhere through {views[0]}, which the "
+                "attention copies out: the kernel writes only its result")
+    return None
+
+
+def _upstream(graph: FuncGraph, value: ir.Value) -> set[int]:
+    """The nodes ``value`` is computed from, transitively."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        p = graph.producer.get(stack.pop())
+        if p is not None and p not in seen:
+            seen.add(p)
+            stack += list(graph.nodes[p].reads)
+    return seen
+
+
+def _feeds(graph: FuncGraph, value: ir.Value, operand: ir.Value) -> bool:
+    p = graph.producer.get(value)
+    return p is not None and p in _upstream(graph, operand)
+
+
+def _reads_per_element(planner: Planner, found, operand: ir.Value) -> int:
+    """How often the GPU kernel reads each element of ``operand`` (Q: once; K: once per
+    query block of every query head that shares it)."""
+    if not _feeds(planner.graph, operand, found.qk.op.operands[1]):
+        return 1
+    block_m = cost.attention_tile(planner.options.target, max(found.head_dim, found.value_dim)).block_m
+    heads_sharing = max(1, _numel(found.batch) * found.keys * found.head_dim
+                        // _numel(ir.ShapedType(operand.type).shape))
+    return -(-found.queries // block_m) * heads_sharing
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _epilogue_op(node) -> bool:

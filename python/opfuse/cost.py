@@ -253,14 +253,31 @@ def attention_tile(target: Target | str, head_dim: int) -> AttentionTile:
 ATTENTION_BASE_REGS = 40
 
 
-def attention_registers(value_dim: int, n_pointers: int, target: str = "sm_90") -> int:
+def attention_registers(value_dim: int, n_pointers: int, target: str = "sm_90",
+                        prologue_live: int = 0) -> int:
     """Registers per thread of an attention kernel whose result rows have ``value_dim``
-    columns (the tile follows the head dim; see :func:`attention_tile`)."""
+    columns (the tile follows the head dim; see :func:`attention_tile`). A prologue on Q
+    or K (rotary embedding) is evaluated an element at a time while its tile is staged,
+    before that tile's S exists: its ``prologue_live`` values (one element's loads and
+    temporaries) take S's registers, and only what exceeds them adds."""
     tile = attention_tile(target, value_dim)
     tx, ty = ATTENTION_THREADS
     rows = tile.block_m // ty
-    live = rows * (-(-value_dim // tx) + tile.block_n // tx + 3)  # O, S, max/sum/Q
-    return ATTENTION_BASE_REGS + REGS_PER_POINTER * n_pointers + live
+    s_regs = rows * (tile.block_n // tx)
+    live = rows * (-(-value_dim // tx) + 3) + s_regs  # O, max/sum/Q, S
+    extra = max(0, prologue_live - s_regs)
+    return ATTENTION_BASE_REGS + REGS_PER_POINTER * n_pointers + live + extra
+
+
+def prologue_l2_rereads(read_bytes: int, operand_bytes: int, reads_per_element: int) -> int:
+    """Bytes an attention kernel reads again from L2 when a prologue computing its Q or K
+    operand (``operand_bytes``) from ``read_bytes`` of inputs joins it. The kernel reads K
+    once per query block (and per query head sharing a K/V head): with the prologue each
+    of those ``reads_per_element`` reads fetches the prologue's inputs instead of the
+    operand. Q is read once (``reads_per_element`` 1: nothing read again). Device memory
+    sees each input once either way (the guard's bytes); this is L2 traffic (and the
+    prologue's FLOPs, recomputed as often), which the guard does not weigh."""
+    return max(0, read_bytes - operand_bytes) * max(0, reads_per_element - 1)
 
 
 def t_saved(n_kernels: int, q_intermediate: int, target: Target) -> float:

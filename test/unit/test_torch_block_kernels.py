@@ -12,15 +12,18 @@ with its bias (and activation).
   the GPU kernels in the emulator = eager in f32 and bf16 with the matmul kernels on the
   matmul emitters (``matmul``/``mma``), never the ``fallback``.
 * transformers' ``LlamaDecoderLayer`` (GQA, eager attention, rotary tables as inputs):
-  **9** kernels, not 7: RMSNorm, QKV (one horizontal kernel), RoPE on Q, RoPE on K,
-  attention, o_proj, RMSNorm (+ the residual), gate/up (horizontal, SiLU·mul), down +
-  residual. RoPE's ``rotate_half`` reads each head's other half (columns d ± D/2 of the
-  projection: another thread's accumulators, behind the head transpose), so it is no
-  matmul epilogue; only a prologue of the attention kernel could take it in.
+  7 kernels, G6's shape: RMSNorm, QKV (one horizontal kernel), attention with the rotary
+  embedding of Q and K as its prologue, o_proj, RMSNorm (+ the residual), gate/up
+  (horizontal, SiLU·mul), down + residual. RoPE's ``rotate_half`` reads each head's other
+  half (columns d ± D/2 of the projection: another thread's accumulators, behind the head
+  transpose), so it is no matmul epilogue; the attention kernel evaluates it while it
+  stages Q and each K tile (opfuse-fuse-attention's prologues). In bf16 that kernel is
+  the tensor-core one.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 
 import numpy as np
@@ -85,7 +88,13 @@ def test_transformer_encoder_layer_gpu_kernels(norm_first, dtype):
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=TOL[dtype] * scale)
 
 
-def test_llama_decoder_layer_kernels():
+LLAMA_KINDS = Counter({"input": 2, "horizontal": 2, "attention": 1, "output": 2})
+
+
+@pytest.fixture(scope="module")
+def llama():
+    """A tiny ``LlamaDecoderLayer`` (hidden 32, 4 query heads over 2 K/V heads, head dim 8)
+    called with its rotary tables, and its inputs: ``(model, x, cos, sin)``."""
     pytest.importorskip("transformers", reason="the Llama block needs the zoo extra")
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
@@ -104,17 +113,49 @@ def test_llama_decoder_layer_kernels():
             out = self.layer(x, position_embeddings=(cos, sin), attention_mask=None)
             return out[0] if isinstance(out, tuple) else out
 
-    model = Block().eval()
     x = torch.randn(2, 9, 32)
     cos, sin = LlamaRotaryEmbedding(cfg)(x, torch.arange(9)[None].expand(2, -1))
+    return Block().eval(), x, cos, sin
+
+
+def _rope_inside(exe) -> None:
+    (att,) = [k["members"] for k in exe.report["kernels"] if k["kind"] == "attention"]
+    names = " ".join(att)
+    assert "cat" in names and "neg" in names, att  # rotate_half of Q and K
+    prologues = [d for d in exe.report["decisions"] if d["action"] == "attention prologue"]
+    assert sorted(d["numbers"]["prologue"] for d in prologues if d["fused"]) == ["K", "Q"], prologues
+
+
+def test_llama_decoder_layer_kernels(llama):
+    model, x, cos, sin = llama
     imported = import_module(model, (x, cos, sin))
     exe = compile_cpu(imported.graph)
-    kinds = _kinds(exe)
-    assert kinds == Counter({"input": 2, "horizontal": 2, "loop": 2, "attention": 1,
-                             "output": 2}), exe.report["kernels"]
-    loops = [k["members"] for k in exe.report["kernels"] if k["kind"] == "loop"]
-    assert all("cat" in " ".join(m) and "neg" in " ".join(m) for m in loops), loops  # RoPE
+    assert _kinds(exe) == LLAMA_KINDS, exe.report["kernels"]
+    _rope_inside(exe)
     got = exe(*imported.arguments(x, cos, sin))
     with torch.no_grad():
         want = model(x, cos, sin).numpy()
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+def test_llama_decoder_layer_bf16_attention_on_tensor_cores(llama):
+    """bf16: the same 7 kernels, the attention (RoPE prologue included) on the tensor-core
+    kernel (its PTX has mma.sync), not the SIMT fall-back; emulated = eager."""
+    model, x, cos, sin = llama
+    model = copy.deepcopy(model).to(torch.bfloat16)
+    inputs = tuple(t.to(torch.bfloat16) for t in (x, cos, sin))
+    imported = import_module(model, inputs)
+    exe = compile_cpu(imported.graph)
+    assert _kinds(exe) == LLAMA_KINDS, exe.report["kernels"]
+    _rope_inside(exe)
+    program = compile_module(exe._source, targets=("sm_90",), ptxas=False)
+    assert Counter(k.emitter for k in program.kernels.values()) == Counter(
+        {"rows": 2, "horizontal_mma": 2, "mma": 2, "attention_mma": 1}), program.notes
+    (att,) = [k for k in program.kernels.values() if k.emitter == "attention_mma"]
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in att.ptx["sm_90"]
+    (got,) = emulate.run_program(program, imported.arguments(*inputs))
+    got = (got.astype(np.uint32) << 16).view(np.float32)
+    with torch.no_grad():
+        want = model(*inputs).float().numpy()
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=TOL[torch.bfloat16] * scale)

@@ -55,7 +55,7 @@ import contextlib
 import math
 
 from mlir import ir
-from mlir.dialects import arith, gpu, vector
+from mlir.dialects import arith, gpu, memref, vector
 
 from . import async_copy, mma
 from .attention_plan import (
@@ -144,7 +144,9 @@ def emit_attention_mma(group: Group, module: ir.Module, name: str) -> KernelBuil
     k = _Kernel(kb, group, p, kind, bn, d_pad, dv_pad, ldq, ldv, k_size, v_size)
     chunks = [k.chunk(x, exprs, role, size) for x, exprs, role, size in
               ((att.q, att.q_idx, "head", D), (att.k, att.k_idx, "head", D), (att.v, att.v_idx, "n", Dv))]
-    require(all(chunks), "Q, K or V not a parameter view with contiguous head-dim elements")
+    # Q or K computed by a prologue (rotary embedding), or a view cp.async cannot copy, is
+    # evaluated into shared memory instead (chunk 0); V must be a copyable view
+    require(chunks[2], "V not a parameter view with contiguous value columns")
     k.q_chunk, k.k_chunk, k.v_chunk = chunks
     k.emit()
     kb.vector_lanes = 2 if Dv % 2 == 0 else 1
@@ -267,15 +269,66 @@ class _Kernel:
                     src = kb.apply(linearize(idx, leaf.shape))
                     async_copy.copy_if(kb, self.smem, dst, leaf.mem, src, chunk, ok)
 
+    def _evaluate(self, value, exprs, row_role: str, col_role: str, row0, rows: int, limit: int,
+                  cols: int, padded: int, base, ld: int) -> None:
+        """The ``rows x padded`` tile of ``value`` whose first row is ``row0``, computed by
+        the group's own ops from their inputs (a prologue: ``q * cos + rotate_half(q) *
+        sin``) and stored to ``base + row * ld + col`` in the operand type, zero past
+        ``limit`` rows and ``cols`` columns: the tile :meth:`_stage` would copy, for an
+        operand that is no view of a parameter. A loop over each thread's pairs of
+        columns (consecutive threads on consecutive pairs: coalesced loads), each element
+        evaluated on its own (its loads and temporaries are all the registers it needs),
+        a pair stored at once."""
+        kb = self.kb
+        half = padded // 2  # padded is a multiple of 16
+        slots = rows * half
+        steps = -(-slots // THREADS)
+        el = ir.Type.parse(self.kind.element, kb.ctx)
+        zero = kb.const(el, 0.0)
+        pair_t = ir.VectorType.get([2], el, loc=ir.Location.unknown(kb.ctx))
+
+        def body(iv, _):
+            i = kb.add_dim(iv)
+            s = self.tid + i * THREADS
+            guard = kb.cmp_lt(kb.apply(s), kb.index(slots)) if slots % THREADS else None
+            with kb.if_(guard) if guard is not None else contextlib.nullcontext():
+                r = ir.AffineExpr.get_floor_div(s, half)
+                c = ir.AffineExpr.get_mod(s, half) * 2
+                dst = kb.apply(base + r * ld + c)
+                row, row_ok = self._clamped(row0 + r, limit, rows)
+                xs = []
+                for e in range(2):
+                    col = kb.apply(c + e if e else c)
+                    ok = row_ok
+                    if padded != cols:
+                        ok = kb.and_(ok, kb.cmp_lt(col, kb.index(cols)))
+                        col = kb.min_index(col, kb.index(cols - 1))
+                    ev = AttentionEvaluator(kb, self.group.func, self.leaves)
+                    idx = self._at(exprs, **{row_role: row, col_role: kb.add_dim(col)})
+                    x = from_f32(kb, to_f32(kb, ev.value(value, idx).ssa), el)
+                    xs.append(x if ok is None else select(kb, ok, x, zero))
+                with kb.emitting():
+                    vector.store(vector.from_elements(pair_t, xs), self.smem, [dst], alignment=4)
+            return []
+
+        kb.for_(kb.index(0), kb.index(steps), kb.index(1), [], body)
+
     def _stage_q(self) -> None:
         att = self.att
-        self._stage(att.q, att.q_idx, "m", "head", self.m0, BLOCK_M, self.M, self.D, self.d_pad,
-                    self.q_chunk, ir.AffineConstantExpr.get(self.v_base, self.kb.ctx), self.ldq)
+        args = (att.q, att.q_idx, "m", "head", self.m0, BLOCK_M, self.M, self.D, self.d_pad)
+        base = ir.AffineConstantExpr.get(self.v_base, self.kb.ctx)
+        if self.q_chunk:
+            self._stage(*args, self.q_chunk, base, self.ldq)
+        else:
+            self._evaluate(*args, base, self.ldq)
 
     def _stage_k(self, n0, slot) -> None:
         att = self.att
-        self._stage(att.k, att.k_idx, "k", "head", n0, self.bn, self.N, self.D, self.d_pad,
-                    self.k_chunk, slot * self.k_size, self.ldq)
+        args = (att.k, att.k_idx, "k", "head", n0, self.bn, self.N, self.D, self.d_pad)
+        if self.k_chunk:
+            self._stage(*args, self.k_chunk, slot * self.k_size, self.ldq)
+        else:
+            self._evaluate(*args, slot * self.k_size, self.ldq)
 
     def _stage_v(self, n0, slot) -> None:
         att = self.att
