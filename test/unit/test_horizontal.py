@@ -12,6 +12,7 @@ import pytest
 
 import opfuse
 from opfuse.builder import Graph
+from opfuse.codegen import estimate
 from opfuse.codegen import ptxas as ptxas_mod
 from opfuse.codegen.gpu import compile_module
 from opfuse.frontends.graphs import graphs
@@ -93,3 +94,13 @@ def test_full_size_horizontal_kernels_assemble_without_spills(name, dtype):
         _, res = ptxas_mod.assemble(h.ptx[chip], chip, name=h.name)
         (r,) = res.values()
         assert r.spill_stores == 0 and r.spill_loads == 0, (chip, r)
+    # the H200 estimate counts every product: G7's blocks run gate and up on one A tile
+    # (it counted one of them before), G6's QKV three ranges of one product each
+    est = estimate.matmul_kernel(estimate.H200, grid=h.grid, block=h.block, meta=h.meta,
+                                 flops=1.0, bytes_=1.0, registers=128, smem=0)
+    if name == "g7_rmsnorm_swiglu":
+        assert h.meta["products"] == [2]
+        assert est["executed_flops"] == 2.0 * 4096 * 1024 * 2816 * 2
+    else:
+        assert h.meta["products"] == [1, 1, 1]
+        assert est["executed_flops"] == 2.0 * 2048 * 512 * 512 * 3

@@ -189,7 +189,8 @@ def matmul_kernel(
     smem: int | None,
 ) -> dict:
     """The estimate of one matmul kernel from its KernelSpec facts (``meta``: the tile,
-    the problem ``[batch, M, N, K]``, the MMA kind or none, the operand type) and the
+    the problem ``[batch, M, N, K]``, for a horizontal kernel its N ``ranges`` and the
+    ``products`` each range's blocks run, the MMA kind or none, the operand type) and the
     fusion report's FLOPs and bytes, next to the roofline of its problem: the dense tensor
     peak for f16/bf16 operands (and TF32 when the kernel uses it), FFMA for f32.
 
@@ -200,9 +201,16 @@ def matmul_kernel(
     if meta.get("tile") and meta.get("problem"):
         bm, bn, bk = meta["tile"]
         batch, M, N, K = meta["problem"]
-        executed = 2.0 * batch * (-(-M // bm) * bm) * (-(-N // bn) * bn) * (-(-K // bk) * bk)
+        # a horizontal kernel: N ranges side by side (tiles padded per range), each block
+        # of a range running that range's products (SwiGLU: gate and up) on one A tile
+        ranges = meta.get("ranges") or [N]
+        products = meta.get("products") or [1] * len(ranges)
+        col_blocks = [-(-n // bn) for n in ranges]
+        columns = sum(p * c * bn for p, c in zip(products, col_blocks))
+        executed = 2.0 * batch * (-(-M // bm) * bm) * columns * (-(-K // bk) * bk)
         elem = 4 if operands == "f32" else 2
-        l2 = float(elem * batch * (M * K * -(-N // bn) + K * N * -(-M // bm)))
+        b_cols = sum(p * n for p, n in zip(products, ranges))
+        l2 = float(elem * batch * (M * K * sum(col_blocks) + K * b_cols * -(-M // bm)))
     return _estimated(dev, grid, block, meta, flops, bytes_, registers, smem,
                       executed=executed, l2=l2)
 

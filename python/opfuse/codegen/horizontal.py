@@ -160,7 +160,8 @@ def emit_horizontal_simt(group: Group, module: ir.Module, name: str) -> KernelBu
     kb.vector_lanes = shape.lanes
     kb.meta = {"tile": [shape.bm, shape.bn, shape.bk],
                "problem": [first.n_batch, first.M, sum(r.N for r in rs), first.K],
-               "ranges": [r.N for r in rs], "operands": str(first.a_type)}
+               "ranges": [r.N for r in rs], "products": [len(r.contractions) for r in rs],
+               "operands": str(first.a_type)}
     return kb
 
 

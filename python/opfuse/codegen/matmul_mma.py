@@ -190,6 +190,7 @@ def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Co
         "stages": t.stages,
         "problem": [first.n_batch, M, n_total, K],
         "ranges": [r[0].N for r in ranges],
+        "products": [len(r) for r in ranges],  # contractions per range (SwiGLU's pair: 2)
         "operands": str(first.a_type),
         "staging": staging[0],
     }
