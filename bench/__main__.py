@@ -33,8 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    f"(default: {DEFAULT_OUT})")
     p.add_argument("--quick", action="store_true", help="smoke run: G2 at scale 64, numpy "
                    "peer only, tiny scaling sizes; seconds (what CI runs)")
-    p.add_argument("--no-peers", action="store_true", help="skip torch and jax (numpy and "
-                   "IREE still run)")
+    p.add_argument("--no-peers", action="store_true", help="skip torch, jax and the Triton "
+                   "GPU-estimate peer (numpy and IREE still run)")
     p.add_argument("--threads", type=int, default=1, help="threads for opfuse's CPU code and "
                    "the peers (default 1; 0 = every core for opfuse, library defaults for "
                    "the peers); IREE runs on 1 thread and on all cores either way")
@@ -126,7 +126,7 @@ def _settings(args, runner):
                                max_rounds=10, scaling_sizes=(10, 30, 100),
                                scaling_repeat=(1, 1), quick=True)
     return runner.Settings(backend=args.backend, threads=args.threads,
-                           budget_s=args.budget or 20.0)
+                           budget_s=args.budget or 20.0, triton=not args.no_peers)
 
 
 def _print_summary(doc, out: Path) -> None:

@@ -13,6 +13,10 @@ f32: SIMT) and the other one (bf16: ``matmul=simt``; f32: TF32 tensor cores, for
 only: attention has no TF32 kernel), so the gap between them, and to the roofline, shows
 without a GPU. Every figure is an **estimate**
 (the model is in codegen/estimate.py); tools/gpu-check measures the same kernels on a GPU.
+
+Beside them, ``triton``: the same work as Triton kernels compiled for sm_90 and sm_80
+without a GPU and estimated with the same model (bench/peers/triton_peer.py), or why not
+(triton not installed; skipped by ``--quick`` / ``--no-peers``).
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ METHOD = (
 )
 
 
-def run(names=GRAPHS, dtypes=DTYPES, scale: int = 1, log=print) -> dict[str, Any]:
-    """The ``gpu_estimate`` section of bench.json."""
+def run(names=GRAPHS, dtypes=DTYPES, scale: int = 1, log=print,
+        triton: bool | str = True) -> dict[str, Any]:
+    """The ``gpu_estimate`` section of bench.json (``triton``: False or the reason to skip
+    the Triton peer, which compiles some 150 kernels: a few minutes)."""
     from opfuse import compile as opfuse_compile
 
     dev = estimate.device(CHIP)
@@ -98,6 +104,12 @@ def run(names=GRAPHS, dtypes=DTYPES, scale: int = 1, log=print) -> dict[str, Any
                         }
                     )
             log(f"  gpu estimate: {name} {dtype} ({len(rows)} kernel rows so far)")
+    if triton is True:
+        from .peers import triton_peer
+
+        triton_section = triton_peer.section(names, dtypes, scale, dev, log)
+    else:
+        triton_section = {"not_available": str(triton or "skipped")}
     return {
         "device": dev.name,
         "chip": CHIP,
@@ -106,6 +118,7 @@ def run(names=GRAPHS, dtypes=DTYPES, scale: int = 1, log=print) -> dict[str, Any
         "registers_from": "ptxas" if have_ptxas else "assumed (no ptxas: 128 per thread)",
         "kernels": rows,
         "graphs": _totals(rows),
+        "triton": triton_section,
     }
 
 
@@ -147,13 +160,38 @@ def markdown(section: dict[str, Any]) -> list[str]:
             f"| {r.get('occupancy', 0):.2f} | {r['flops'] / 1e9:.2f} | {r['bytes'] / 1e6:.1f} "
             f"| {r['estimate_s'] * 1e6:.1f} | {r['roofline_s'] * 1e6:.1f} | {r.get('bound', '-')} |"
         )
-    lines += ["", "| graph | dtype | variant | kernels | estimate µs | roofline µs |",
-              "|---|---|---|---|---|---|"]
+    from .peers import triton_peer
+
+    lines += ["", "Summed per graph, dtype and variant, beside Triton for the same work "
+              "(the same model on both sides):", ""] + readme_totals(section)
+    triton = section.get("triton", {"not_available": "not in this run"})
+    if "not_available" in triton:  # readme_totals said why
+        return lines
+    return lines + [""] + triton_peer.markdown(triton)
+
+
+def readme_totals(section: dict[str, Any]) -> list[str]:
+    """The README's summary: per graph, dtype and opfuse variant, opfuse's estimate summed
+    over its matmul and attention kernels beside Triton's for the same work (bf16 vs
+    Triton bf16; f32 SIMT vs Triton IEEE; f32 TF32 vs Triton TF32), and the roofline."""
+    triton = section.get("triton", {})
+    peer = {(t["graph"], t["dtype"], t["compare_with"]): t for t in triton.get("graphs", [])}
+    lines = [
+        "| graph | dtype | opfuse variant | opfuse kernels | opfuse µs | Triton kernels "
+        "| Triton µs | Triton µs at the wgmma peak | roofline µs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for t in section["graphs"]:
+        p = peer.get((t["graph"], t["dtype"], t["variant"]))
+        tri = (f"{p['kernels']} ({p['precision']}) | {p['estimate_s'] * 1e6:.1f} "
+               f"| {p['estimate_wgmma_s'] * 1e6:.1f}") if p else "- | - | -"
+        variant = f"{t['variant']}{' (default)' if t['default'] else ''}"
         lines.append(
-            f"| {t['graph']} | {t['dtype']} | {t['variant']}{' (default)' if t['default'] else ''} "
-            f"| {t['kernels']} | {t['estimate_s'] * 1e6:.1f} | {t['roofline_s'] * 1e6:.1f} |"
+            f"| {t['graph']} | {t['dtype']} | {variant} | {t['kernels']} "
+            f"| {t['estimate_s'] * 1e6:.1f} | {tri} | {t['roofline_s'] * 1e6:.1f} |"
         )
+    if "not_available" in triton:
+        lines += ["", f"Triton: n/a ({triton['not_available']})."]
     return lines
 
 

@@ -60,6 +60,7 @@ class Settings:
     scaling_sizes: tuple[int, ...] = scaling.SIZES
     scaling_repeat: tuple[int, int] = (5, 3)  # sizes <= 1000, larger
     quick: bool = False
+    triton: bool = True  # the Triton GPU peer in gpu_estimate (--no-peers: off)
     log: Callable[[str], None] = field(default=print)
 
 
@@ -286,14 +287,15 @@ def _log_case(e: dict[str, Any], log) -> None:
 
 def _gpu_estimate(settings: Settings, log) -> dict[str, Any]:
     """Per matmul and attention kernel, the analytic H200 estimate and the roofline
-    (bench/gpu_estimate.py): G1, G5, G6, G7 at full size in bf16 and f32; --quick: G1 and
-    G5 in bf16 at 1/8 size."""
+    (bench/gpu_estimate.py): G1, G5, G6, G7 at full size in bf16 and f32, beside the Triton
+    peer's kernels for the same work; --quick: G1 and G5 in bf16 at 1/8 size, no Triton."""
     from . import gpu_estimate
 
     try:
         if settings.quick:
-            return gpu_estimate.run(("g1_mlp", "g5_attention"), ("bf16",), scale=8, log=log)
-        return gpu_estimate.run(log=log)
+            return gpu_estimate.run(("g1_mlp", "g5_attention"), ("bf16",), scale=8, log=log,
+                                    triton="skipped (--quick)")
+        return gpu_estimate.run(log=log, triton=settings.triton or "skipped (--no-peers)")
     except OpfuseError as e:
         return not_available(f"opfuse failed: {e}"[:2000])
 

@@ -66,10 +66,34 @@ GPU_KERNEL = {"graph": "str", "dtype": "str", "variant": "str", "default": "bool
               "bound": "str", "blocks": "int", "blocks_per_sm": "int", "waves": "int",
               "occupancy": "num", "registers": "int", "flops": "num", "executed_flops": "num",
               "bytes": "num", "smem": "int", "spills": "int"}
+_TRITON_ARCH = {"chip": "str", "registers": "int", "spills": "int", "smem": "int",
+                "instructions": ["str"], "compile_s": "num"}
+TRITON_KERNEL = {"graph": "str", "dtype": "str", "precision": "str", "compare_with": "str",
+                 "name": "str", "kernel": "str",
+                 "config": {"block_m": "int", "block_n": "int", "block_k": "int",
+                            "num_warps": "int", "num_stages": "int", "group_m": "int"},
+                 "grid": ["int"], "block": ["int"], "tile": ["int"], "smem": "int",
+                 "spills": "int", "instructions": ["str"], "sm_80": _TRITON_ARCH,
+                 "model_notes": ["str"], "estimate_s": "num", "roofline_s": "num",
+                 "compute_s": "num", "memory_s": "num", "bound": "str", "blocks": "int",
+                 "blocks_per_sm": "int", "waves": "int", "occupancy": "num",
+                 "registers": "int", "flops": "num", "executed_flops": "num", "bytes": "num",
+                 "candidates": [{"block_m": "int", "block_n": "int", "block_k": "int",
+                                 "num_warps": "int", "num_stages": "int", "group_m": "int",
+                                 "spills": "int", "smem": "int"}]}
+TRITON = {"version": "str", "method": "str", "config_choice": "str", "chips": ["str"],
+          "device": "str", "ptxas": {"sm_90a": "str", "sm_80": "str"},
+          "kernels": [TRITON_KERNEL],
+          "graphs": [{"graph": "str", "dtype": "str", "precision": "str",
+                      "compare_with": "str", "kernels": "int", "estimate_s": "num",
+                      "estimate_wgmma_s": "num", "roofline_s": "num"}],
+          "failed": [{"graph": "str", "dtype": "str", "precision": "str", "name": "str",
+                      "reason": "str"}]}
 GPU_ESTIMATE = {"device": "str", "chip": "str", "scale": "int", "method": "str",
                 "registers_from": "str", "kernels": [GPU_KERNEL],
                 "graphs": [{"graph": "str", "dtype": "str", "variant": "str", "default": "bool",
-                            "kernels": "int", "estimate_s": "num", "roofline_s": "num"}]}
+                            "kernels": "int", "estimate_s": "num", "roofline_s": "num"}],
+                "triton": Fig(TRITON)}
 
 DOCUMENT = {
     "schema": "str",
