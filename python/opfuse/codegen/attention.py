@@ -169,26 +169,45 @@ class _Kernel:
         with self.kb.emitting():
             gpu.barrier()
 
-    def _stage(self, rows: int, cols: int, store_index, fetch) -> None:
+    def _stage(self, rows: int, cols: int, store_index, fetch, loop: bool = False) -> None:
         """Every thread copies its share of a ``rows x cols`` tile (``cols`` fastest, so
         consecutive threads read consecutive head-dim or value columns) into shared
-        memory: ``fetch(row, col) -> f32 value``, stored at ``store_index(row, col)``."""
+        memory: ``fetch(row, col) -> f32 value``, stored at ``store_index(row, col)``.
+        Unrolled, or with ``loop`` (an operand the group computes: a RoPE prologue, whose
+        unrolled loads ptxas would schedule all at once) one element per iteration."""
         kb = self.kb
         n_threads = TX * TY
         slots = rows * cols
+
+        def one(s, partial: bool) -> None:
+            guard = kb.cmp_lt(kb.apply(s), kb.index(slots)) if partial else None
+            with kb.if_(guard) if guard is not None else contextlib.nullcontext():
+                r = kb.add_dim(kb.apply(ir.AffineExpr.get_floor_div(s, cols)))
+                c = kb.add_dim(kb.apply(ir.AffineExpr.get_mod(s, cols)))
+                x, mem = fetch(r, c)
+                addr = kb.apply(store_index(r, c))
+                with kb.emitting():
+                    memref.store(x, mem, [addr])
+
+        if loop:
+            def body(iv, _):
+                one(self.tid + kb.add_dim(iv) * n_threads, slots % n_threads != 0)
+                return []
+
+            kb.for_(kb.index(0), kb.index(-(-slots // n_threads)), kb.index(1), [], body)
+            return
         for first in range(0, slots, n_threads):
-            s = self.tid + first if first else self.tid
             with kb.at(kb.ip):
-                guard = None
-                if first + n_threads > slots:
-                    guard = kb.cmp_lt(kb.apply(s), kb.index(slots))
-                with kb.if_(guard) if guard is not None else contextlib.nullcontext():
-                    r = kb.add_dim(kb.apply(ir.AffineExpr.get_floor_div(s, cols)))
-                    c = kb.add_dim(kb.apply(ir.AffineExpr.get_mod(s, cols)))
-                    x, mem = fetch(r, c)
-                    addr = kb.apply(store_index(r, c))
-                    with kb.emitting():
-                        memref.store(x, mem, [addr])
+                one(self.tid + first if first else self.tid, first + n_threads > slots)
+
+    def _computed(self, value: ir.Value, exprs, roles) -> bool:
+        """Whether the group computes ``value`` (a prologue) rather than reading it as a
+        view of a kernel parameter."""
+        kb = self.kb
+        probe = AttentionEvaluator(kb, self.p.group.func, self.ev.leaves)
+        with kb.at(kb.ip):
+            z = kb.add_dim(kb.index(0))
+            return probe.source(value, self._at(exprs, **{r: z for r in roles})) is None
 
     def _padded(self, c: ir.AffineExpr, size: int, padded: int, load) -> ir.Value:
         """``load(clamped c)``, or 0 past ``size`` (the zero padding of a head dim)."""
@@ -235,7 +254,8 @@ class _Kernel:
             x = self._padded(c, self.D, d_pad, lambda h: self._load(att.q, att.q_idx, m=row, head=h))
             return x, self.q_s
 
-        self._stage(bm, d_pad, lambda r, c: c * bm + r, fetch)
+        self._stage(bm, d_pad, lambda r, c: c * bm + r, fetch,
+                    loop=self._computed(att.q, att.q_idx, ("m", "head")))
 
     def _key_bound(self) -> ir.Value:
         return key_bound(self.kb, self.att.causal, self.m0, self.bm, self.N)
@@ -308,7 +328,7 @@ class _Kernel:
             x = self._padded(c, size, padded, lambda d: self._load(value, exprs, k=key, **{role: d}))
             return x, self.kv_s
 
-        self._stage(self.bn, padded, index, fetch)
+        self._stage(self.bn, padded, index, fetch, loop=self._computed(value, exprs, ("k", role)))
 
     def _scores(self) -> list[list[ir.Value]]:
         """S for the thread's TR x TC (row, key) points: a loop over the head dim in steps
