@@ -273,7 +273,8 @@ def estimate_meta(launch: Launch, config: Config, kind: str | None) -> dict:
     M, N, K, products = launch.shape
     # SwiGLU's two products on one A tile: opfuse's horizontal kernels say it the same way
     return {"problem": [1, M, N, K], "tile": [config.block_m, config.block_n, config.block_k],
-            "ranges": [N], "products": [products], "operands": operands, "mma": kind}
+            "ranges": [N], "products": [products], "shared_a": True, "operands": operands,
+            "mma": kind}
 
 
 _INSTRUCTIONS = {

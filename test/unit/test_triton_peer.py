@@ -110,6 +110,13 @@ def test_the_row_is_opfuses_model_fed_tritons_kernel() -> None:
     r = tp.estimate_row(sw, config, _facts(["mma.sync"]), H200)
     assert r["tile"] == [128, 128, 32] and r["grid"] == [32 * 22, 1, 1]
     assert r["executed_flops"] == 2.0 * 4096 * 2 * 2816 * 1024
+    # its two products share each A tile; opfuse's pair restages A for the second product
+    meta = {k: v for k, v in tp.estimate_meta(sw, config, "bf16").items() if k != "shared_a"}
+    restaged = estimate.matmul_kernel(H200, grid=r["grid"], block=r["block"], meta=meta,
+                                      flops=sw.flops, bytes_=sw.bytes_, registers=128,
+                                      smem=49152)
+    assert restaged["executed_flops"] == r["executed_flops"]
+    assert restaged["memory_s"] > r["memory_s"]
 
 
 def test_attention_row_and_the_choice_of_blocks() -> None:

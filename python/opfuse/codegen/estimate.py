@@ -189,8 +189,9 @@ def matmul_kernel(
     smem: int | None,
 ) -> dict:
     """The estimate of one matmul kernel from its KernelSpec facts (``meta``: the tile,
-    the problem ``[batch, M, N, K]``, for a horizontal kernel its N ``ranges`` and the
-    ``products`` each range's blocks run, the MMA kind or none, the operand type) and the
+    the problem ``[batch, M, N, K]``, for a horizontal kernel its N ``ranges``, the
+    ``products`` each range's blocks run and whether they share their A tiles
+    (``shared_a``), the MMA kind or none, the operand type) and the
     fusion report's FLOPs and bytes, next to the roofline of its problem: the dense tensor
     peak for f16/bf16 operands (and TF32 when the kernel uses it), FFMA for f32.
 
@@ -202,7 +203,7 @@ def matmul_kernel(
         bm, bn, bk = meta["tile"]
         batch, M, N, K = meta["problem"]
         # a horizontal kernel: N ranges side by side (tiles padded per range), each block
-        # of a range running that range's products (SwiGLU: gate and up) on one A tile
+        # of a range running that range's products (SwiGLU: gate and up)
         ranges = meta.get("ranges") or [N]
         products = meta.get("products") or [1] * len(ranges)
         col_blocks = [-(-n // bn) for n in ranges]
@@ -210,7 +211,11 @@ def matmul_kernel(
         executed = 2.0 * batch * (-(-M // bm) * bm) * columns * (-(-K // bk) * bk)
         elem = 4 if operands == "f32" else 2
         b_cols = sum(p * n for p, n in zip(products, ranges))
-        l2 = float(elem * batch * (M * K * sum(col_blocks) + K * b_cols * -(-M // bm)))
+        # a block reads its A tiles once per product (opfuse's horizontal kernels run the
+        # products' main loops one after the other, restaging A), or once when its products
+        # share them (``shared_a``: one loop with two accumulators, Triton's SwiGLU)
+        a_reads = sum(c * (1 if meta.get("shared_a") else p) for p, c in zip(products, col_blocks))
+        l2 = float(elem * batch * (M * K * a_reads + K * b_cols * -(-M // bm)))
     return _estimated(dev, grid, block, meta, flops, bytes_, registers, smem,
                       executed=executed, l2=l2)
 
