@@ -6,6 +6,16 @@ Q is bytes moved to and from device memory (each kernel reads its external input
 writes each value that is used outside it once); R is registers per thread of the fused
 kernel, estimated from its loads, stores and live scalars; W is flops. Also reported:
 AI = W / Q and the seed's T_saved = (n - 1) * T_launch + sum(Q_intermediate) / B_mem.
+
+A merge also saves launches (k groups become one kernel: k - 1 launches), which the
+relative saving in bytes cannot see: a bias added after a matmul whose weight dominates
+the bytes, or two kernels of a few hundred bytes each, save a launch (microseconds) and
+some bytes, yet "save" under 10% of Q. So when the bytes alone do not clear delta, a merge
+that strictly saves bytes is judged again in the seed's time, launches included:
+``T = kernels * T_launch + Q / B_mem``, fused when ``(T_unfused - T_fused) / T_unfused >
+delta`` (the ledger says so: "time saving ... with 1 launch saved"). The bytes decide
+alone whenever they clear delta, so every merge the byte guard took is still taken, with
+the same reason; a merge that moves more bytes is never taken for its launches.
 """
 
 from __future__ import annotations
@@ -121,8 +131,15 @@ class Verdict:
     would_fuse_with: str | None = None
 
 
-def guard(r_fused: int, q_unfused: int, q_fused: int, options: GuardOptions) -> Verdict:
-    """Decide one candidate. The first failing condition is the binding reason."""
+def guard(r_fused: int, q_unfused: int, q_fused: int, options: GuardOptions,
+          launches_saved: int = 1) -> Verdict:
+    """Decide one candidate. The first failing condition is the binding reason.
+
+    ``launches_saved``: kernels the merge removes (a pair merged: 1; k groups as one
+    candidate: k - 1, less any kernel the merge needs beside it). With none saved, or
+    when the bytes alone clear delta, the decision is the bytes guard's; otherwise a merge
+    that strictly saves bytes is fused if it saves delta of the time (module docstring).
+    """
     r_limit = options.resolved_r_limit()
     saving = (q_unfused - q_fused) / q_unfused if q_unfused > 0 else 0.0
     numbers = {
@@ -136,6 +153,21 @@ def guard(r_fused: int, q_unfused: int, q_fused: int, options: GuardOptions) -> 
     if r_fused >= r_limit:
         return Verdict(False, f"R_fused {r_fused} >= R_limit {r_limit}", numbers,
                        would_fuse_with=f"R_limit >= {r_fused + 1}")
+    if saving <= options.delta and launches_saved > 0 and q_fused < q_unfused:
+        target = get_target(options.target)
+        t_unfused = (launches_saved + 1) * target.t_launch_s + q_unfused / target.b_mem
+        t_fused = target.t_launch_s + q_fused / target.b_mem
+        t_saving = (t_unfused - t_fused) / t_unfused
+        numbers.update(launches_saved=launches_saved, t_unfused_us=round(t_unfused * 1e6, 3),
+                       t_fused_us=round(t_fused * 1e6, 3), t_saving=round(t_saving, 4))
+        launches = f"{launches_saved} launch{'es' if launches_saved > 1 else ''}"
+        if t_saving > options.delta:
+            return Verdict(True, f"saving {saving:.2f} <= delta {options.delta:.2f} in bytes, "
+                                 f"time saving {t_saving:.2f} > delta with {launches} saved, "
+                                 f"R_fused {r_fused} < R_limit {r_limit}", numbers)
+        return Verdict(False, f"saving {saving:.2f} <= delta {options.delta:.2f} (time saving "
+                              f"{t_saving:.2f} with {launches} saved)", numbers,
+                       would_fuse_with=f"delta < {t_saving:.4f}" if t_saving > 0 else None)
     if saving <= options.delta:
         return Verdict(False, f"saving {saving:.2f} <= delta {options.delta:.2f}", numbers,
                        would_fuse_with=f"delta < {saving:.4f}" if saving > 0 else None)

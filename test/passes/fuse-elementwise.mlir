@@ -16,7 +16,7 @@
 // CHECK-SAME: opfuse.group = 0 : i64, opfuse.kind = "loop"
 // REMARK: remark: [opfuse-fuse-elementwise] fused: mul -> tanh: saving 0.50 > delta 0.10, R_fused 20 < R_limit 128
 // REMARK: remark: [opfuse-fuse-elementwise] fused: tanh -> add: saving 0.60 > delta 0.10
-// DELTA: remark: [opfuse-fuse-elementwise] not fused: mul -> tanh: saving 0.50 <= delta 0.90 (would fuse with delta < 0.4981)
+// DELTA: remark: [opfuse-fuse-elementwise] not fused: mul -> tanh: saving 0.50 <= delta 0.90 (time saving 0.50 with 1 launch saved) (would fuse with delta < 0.5000)
 // RLIMIT: remark: [opfuse-fuse-elementwise] not fused: mul -> tanh: R_fused 20 >= R_limit 16 (would fuse with R_limit >= 21)
 func.func @chain(%x: tensor<64x128xf32>, %a: tensor<128xf32>) -> tensor<64x128xf32> {
   %e = tensor.empty() : tensor<64x128xf32>

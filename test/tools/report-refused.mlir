@@ -2,10 +2,11 @@
 // threshold that would let the pair fuse ("would fuse with ..."), on several graphs.
 
 // G1 with a saving threshold above what the first bias-to-GELU merge saves: refused by
-// delta, and the report says which delta would accept it.
+// delta, and the report says which delta would accept it (the time saving, launch
+// included, which is above the saving in bytes).
 // RUN: fuse-opt %S/../../examples/g1_mlp.mlir --opfuse-fuse-elementwise="delta=0.45" --opfuse-outline --opfuse-report=text | filecheck %s --check-prefix=DELTA
 // DELTA: decisions: {{[0-9]+}} ({{[0-9]+}} fused, {{[1-9][0-9]*}} refused)
-// DELTA: decision gelu1.pow: not fused [fuse-elementwise] fc1.bias -> gelu1.pow: saving 0.25 <= delta 0.45 (would fuse with delta < 0.2500)
+// DELTA: decision gelu1.pow: not fused [fuse-elementwise] fc1.bias -> gelu1.pow: saving 0.25 <= delta 0.45 (time saving 0.44 with 1 launch saved) (would fuse with delta < 0.4436)
 
 // G1 with a register limit under the fused kernel's estimate: refused by R, and the
 // limit that would accept it is one more than R_fused.
@@ -41,12 +42,13 @@
 // JSON-NEXT: "numbers": {
 // JSON: "delta": 0.45,
 // JSON: "saving": 0.25
-// JSON: "reason": "saving 0.25 <= delta 0.45",
+// JSON: "t_saving": 0.4436
+// JSON: "reason": "saving 0.25 <= delta 0.45 (time saving 0.44 with 1 launch saved)",
 // JSON-NEXT: "step": null,
-// JSON-NEXT: "would_fuse_with": "delta < 0.2500"
+// JSON-NEXT: "would_fuse_with": "delta < 0.4436"
 
 // And in the HTML report: one row per refused candidate, threshold or "structural".
 // RUN: fuse-opt %S/../../examples/g1_mlp.mlir --opfuse-fuse-elementwise="delta=0.45" --opfuse-outline --opfuse-report=html | filecheck %s --check-prefix=HTML
 // HTML: <h2>Refused candidates ({{[1-9][0-9]*}})</h2>
-// HTML: <tr class="refused"><td>fuse-elementwise</td><td>fc1.bias → gelu1.pow</td><td>gelu1.pow</td><td>saving 0.25 &lt;= delta 0.45</td><td class="would">delta &lt; 0.2500</td></tr>
+// HTML: <tr class="refused"><td>fuse-elementwise</td><td>fc1.bias → gelu1.pow</td><td>gelu1.pow</td><td>saving 0.25 &lt;= delta 0.45 (time saving 0.44 with 1 launch saved)</td><td class="would">delta &lt; 0.4436</td></tr>
 // HTML: <td class="structural">

@@ -162,7 +162,7 @@ class Planner:
             from ..codegen.measure import group_registers  # noqa: PLC0415  (GPU codegen)
 
             r_fused = group_registers(self, p, c) or estimate
-        verdict = cost.guard(r_fused, p.q + c.q, q_fused, self.options)
+        verdict = cost.guard(r_fused, p.q + c.q, q_fused, self.options, launches_saved=1)
         if r_fused != estimate:
             verdict.numbers["r_estimate"] = estimate  # r_fused is ptxas's figure
         flops = p.flops + c.flops
@@ -229,7 +229,8 @@ class Planner:
                             f"would create a cycle through {via}")
                 return False
             merged = self._union(merged, g)
-        verdict = cost.guard(merged.registers(), q_unfused, merged.q, self.options)
+        verdict = cost.guard(merged.registers(), q_unfused, merged.q, self.options,
+                             launches_saved=len(chain))
         verdict.numbers.update(w_fused=merged.flops, kernels=len(chain) + 1,
                                t_saved_s=cost.t_saved(len(chain) + 1, q_unfused - merged.q, self.target))
         step = self._fuel(verdict)
@@ -287,7 +288,8 @@ class Planner:
         r_fused = registers if registers is not None else merged.registers()
         extra_kernels, extra_q = beside(merged) if beside is not None else (0, 0)
         q_fused = merged.q + extra_q
-        verdict = cost.guard(r_fused, q_unfused, q_fused, self.options)
+        verdict = cost.guard(r_fused, q_unfused, q_fused, self.options,
+                             launches_saved=len(groups) - 1 - extra_kernels)
         verdict.numbers.update(w_fused=merged.flops, kernels=len(groups),
                                t_saved_s=cost.t_saved(len(groups) - extra_kernels,
                                                       q_unfused - q_fused, self.target),
