@@ -121,7 +121,7 @@ def _next_candidate(planner: Planner, decided: set[int]
 def _reads_through_broadcast(planner: Planner, p: Group, c: Group) -> bool:
     """Whether ``c`` can take a copy of ``p``: a loop or reduction group over more points
     than ``p``'s that reads some element of ``p``'s results at several of its points
-    (``_read_repeatedly``: what only recomputation can fuse; a concat or a slice reading a
+    (``read_repeatedly``: what only recomputation can fuse; a concat or a slice reading a
     small part once is the other passes' and their byte guard's business), as operands (a
     gather's body reading them at data-dependent positions needs them whole), and gathering
     nothing ``c`` computes."""
@@ -131,10 +131,10 @@ def _reads_through_broadcast(planner: Planner, p: Group, c: Group) -> bool:
     for v in p.outputs:
         if any(planner.group(r) is c and v in graph.nodes[r].gathers for r in graph.readers(v)):
             return False
-    return any(_read_repeatedly(planner, c, v) for v in p.outputs) and planner.gather_via(c, p) is None
+    return any(read_repeatedly(planner, c, v) for v in p.outputs) and planner.gather_via(c, p) is None
 
 
-def _read_repeatedly(planner: Planner, c: Group, v: ir.Value, depth: int = 0) -> bool:
+def read_repeatedly(planner: Planner, c: Group, v: ir.Value, depth: int = 0) -> bool:
     """Whether ops of ``c`` read some element of ``v`` at more than one point of ``c``: a
     linalg op through a map without some loop dim (a broadcast) or over fewer points than
     ``c`` (a copy recomputed at each of ``c``'s points), an op that takes ``v`` twice
@@ -155,12 +155,12 @@ def _read_repeatedly(planner: Planner, c: Group, v: ir.Value, depth: int = 0) ->
         elif sum(1 for o in node.op.operands if o == v) > 1:
             return True
         elif node.op.name in _RESHAPES and depth < 4 and \
-                _read_repeatedly(planner, c, node.op.results[0], depth + 1):
+                read_repeatedly(planner, c, node.op.results[0], depth + 1):
             return True
     return False
 
 
-def _copy_group(p: Group, c: Group) -> Group:
+def copy_group(p: Group, c: Group) -> Group:
     """``c`` with a copy of ``p`` inside: it reads ``p``'s inputs instead of its results and
     computes ``p`` at each of its points (the registers and bytes of that kernel)."""
     reads = {v: b for v, b in c.reads.items() if v not in p.outputs}
@@ -182,7 +182,7 @@ def _decide(planner: Planner, p: Group, targets: list[Group], gathered: ir.Value
     kept = bool(others) or any(v in graph.returned for v in p.outputs)
     before = [(p.q, p.flops)] + [(c.q, c.flops) for c in targets]
     if gathered is None:
-        copies = [_copy_group(p, c) for c in targets]
+        copies = [copy_group(p, c) for c in targets]
         after = [(g.q, g.flops) for g in copies]
         r_fused = max(g.registers() for g in copies)
     else:  # the gathers' kernels read p's inputs instead, and compute p's payload

@@ -254,7 +254,8 @@ def estimate_registers(kind: str, n_pointers: int, live_scalars: int, element_by
     """Registers per thread of a fused kernel (see the fit above).
 
     Args:
-        kind: ``loop``, ``input``, ``output``, ``horizontal``, ``conv`` or ``scan`` (the group's kind).
+        kind: ``loop``, ``input``, ``output``, ``horizontal``, ``conv``, ``scan`` or ``columns``
+            (the group's kind).
         n_pointers: distinct buffers read or written.
         live_scalars: peak scalars live per element (loaded values + payload temporaries).
         element_bytes: size of the widest element type.
@@ -264,7 +265,7 @@ def estimate_registers(kind: str, n_pointers: int, live_scalars: int, element_by
         return CONV_BASE_REGS + pointers + max(0, live_scalars - CONV_FREE_LIVE)
     if kind in ("output", "horizontal"):
         return MATMUL_BASE_REGS + pointers + max(0, live_scalars - MATMUL_FREE_LIVE)
-    if kind in ("input", "scan"):  # a scan's team: row and lane ids, shuffles, a carry
+    if kind in ("input", "scan", "columns"):  # a scan's team: row and lane ids, shuffles, a carry
         return ROW_BASE_REGS + pointers + live_scalars
     # loop kernels: one 16-byte vector per value, about half of them live at once
     return LOOP_BASE_REGS + pointers + (vector_width(element_bytes) * live_scalars + 1) // 2

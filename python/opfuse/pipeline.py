@@ -60,6 +60,13 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     # Reductions absorb the loop groups around them ("reduce while computing", and the
     # row consumers of softmax/layernorm) once those groups are final.
     "opfuse-fuse-reduction",
+    # A column reduction (a sum over the sequence of B x S x H, a weight norm over a
+    # filter's leading axes) takes its consumers over its results or its domain and the
+    # small producers it reads through a broadcast: one thread per kept point walks its
+    # column. After the reductions, which built its producers' group and the row kernels
+    # its broadcast producers may be; before the epilogues, which would claim a consumer
+    # that is also a matmul's.
+    "opfuse-fuse-columns",
     # A scan (cumsum) takes the loop groups over its domain on both sides (the mask it
     # counts, the position arithmetic after it); after the reductions, which do not take a
     # scan, so that a loop group both could claim goes to the reduction first.

@@ -108,6 +108,22 @@ def test_gpt_neox_partial_rotary_and_attention():
     assert r["fused"] <= 17, kinds
 
 
+def test_embedding_classifier_is_a_pooling_kernel_and_a_matmul():
+    """Masked mean pooling + Linear: 2 kernels, as Inductor's (``python -m bench --zoo``).
+    The sum over the sequence (a column reduction), the mask count it divides by and the
+    division are one ``columns`` kernel (opfuse-fuse-columns: 5 kernels before it, 4 with
+    only the launch-aware guard); the head's bias is its matmul's epilogue (the guard in
+    bytes alone refused it: "saving 0.08 <= delta 0.10", the weight dominating Q)."""
+    entry = next(m for m in ZOO if m.name == "embedding_classifier")
+    r = _compiled(entry)
+    (program,) = r["programs"]
+    (part,) = program.report["partitions"]
+    kernels = part["report"]["kernels"]
+    assert sorted(k["kind"] for k in kernels) == ["columns", "output"], kernels
+    assert r["fused"] == 2
+    assert max_error(r["got"], r["want"]) <= TOL
+
+
 def test_roberta_gpu_program_builds_and_runs_in_the_emulator(capsys):
     """Regression: RoBERTa's GPU program did not build ("@forward_opfuse_0: 'linalg.generic'
     in the host function"): the i8 fill under its padding mask, a fill written as a

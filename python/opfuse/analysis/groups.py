@@ -21,7 +21,7 @@ from .opinfo import LOOP_KINDS, OpKind
 _MOVERS = frozenset({OpKind.INJECTIVE, OpKind.BROADCAST})
 
 #: Group kinds only the pass that formed the group can tell (kept in ``opfuse.kind``).
-FORCED_KINDS = ("attention", "horizontal")
+FORCED_KINDS = ("attention", "horizontal", "columns")
 
 
 @dataclass(eq=False)
@@ -185,6 +185,28 @@ class Planner:
         step = self._fuel(verdict)
         self._record(p, c, verdict.fuse, verdict.reason, verdict.numbers, verdict.would_fuse_with, why,
                      step=step)
+        if verdict.fuse:
+            self._union(p, c)
+        return verdict.fuse
+
+    def try_merge_recomputed(self, p: Group, c: Group, *, flops_fused: int, why: str = "") -> bool:
+        """Merge ``p`` into ``c`` where ``c`` reads ``p``'s results through a broadcast, so
+        the merged kernel computes ``p`` again at several of its points (``flops_fused``:
+        the merged kernel's flops, ``p``'s counted at every point that needs them). Decided
+        in time by ``cost.recompute_guard``, like opfuse-fuse-recompute's copies; keeps the
+        graph acyclic; one ledger entry either way."""
+        via = self.cycle_via(p, c) or self.gather_via(p, c)
+        if via is not None:
+            self.refuse(p, c, via if via.startswith("gathers") else
+                        f"would create a cycle through {via}")
+            return False
+        q_fused, _ = self.fused_q(p, c)
+        r_fused = self._preview(p, c, q_fused).registers()
+        verdict = cost.recompute_guard(r_fused, [(p.q, p.flops), (c.q, c.flops)],
+                                       [(q_fused, flops_fused)], self.options)
+        step = self._fuel(verdict)
+        self._record(p, c, verdict.fuse, verdict.reason, verdict.numbers, verdict.would_fuse_with,
+                     why, step=step)
         if verdict.fuse:
             self._union(p, c)
         return verdict.fuse
@@ -527,7 +549,7 @@ def root_of(graph: FuncGraph, g: Group) -> int:
     group, the last member otherwise."""
     want = {"output": OpKind.CONTRACTION, "conv": OpKind.CONVOLUTION, "input": OpKind.REDUCTION,
             "attention": OpKind.CONTRACTION, "scan": OpKind.SCAN,
-            "horizontal": OpKind.CONTRACTION}.get(g.kind)
+            "horizontal": OpKind.CONTRACTION, "columns": OpKind.REDUCTION}.get(g.kind)
     members = sorted(g.members)
     if want is not None:
         for m in reversed(members):

@@ -19,6 +19,7 @@ output    mma (tensor cores, cp.async pipeline), matmul (SIMT tile), fallback
 attention attention_mma (f16/bf16 tensor cores), attention (SIMT), fallback
 conv      conv (direct convolution, channels x columns per thread), fallback
 scan      scan (warp/block scan per row: shuffles up, warp totals in shared memory), fallback
+columns   columns (thread per kept point walks its column: mean pooling, weight norm), fallback
 horizontal horizontal_mma (one tensor-core kernel over the siblings' N ranges), horizontal (SIMT), fallback
 opaque    fallback (grid-stride loop)
 ========  ==================================================================
@@ -38,6 +39,7 @@ from . import host, nvptx
 from . import ptxas as ptxas_mod
 from .attention import emit_attention
 from .attention_mma import emit_attention_mma
+from .columns import emit_columns
 from .conv import emit_conv
 from .group import Group, NotChosen, is_view_only, prepare
 from .kernel import KernelBuilder, Unsupported
@@ -59,6 +61,7 @@ EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
     "attention": emit_attention,
     "conv": emit_conv,
     "scan": emit_scan,
+    "columns": emit_columns,
     "horizontal_mma": emit_horizontal_mma,
     "horizontal": emit_horizontal_simt,
     "fallback": emit_fallback,
@@ -70,6 +73,7 @@ ORDER = {
     "attention": ("attention_mma", "attention", "fallback"),
     "conv": ("conv", "fallback"),
     "scan": ("scan", "fallback"),
+    "columns": ("columns", "fallback"),
     "horizontal": ("horizontal_mma", "horizontal", "fallback"),
     "opaque": ("fallback",),
 }

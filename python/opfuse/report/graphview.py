@@ -36,11 +36,12 @@ KIND_COLORS: dict[str, tuple[str, str]] = {
     "attention": ("#fae8ff", "#a21caf"),
     "conv": ("#fce7f3", "#be185d"),
     "scan": ("#fef9c3", "#a16207"),
+    "columns": ("#ccfbf1", "#0f766e"),
     "horizontal": ("#fef3c7", "#b45309"),
     "opaque": ("#e5e7eb", "#4b5563"),
     "none": ("#ffffff", "#6b7280"),
 }
-KINDS = ("loop", "input", "output", "attention", "conv", "scan", "horizontal", "opaque")
+KINDS = ("loop", "input", "output", "attention", "conv", "scan", "columns", "horizontal", "opaque")
 
 ENGINES = ("auto", "dot", "builtin")
 DOT_TIMEOUT_S = 60

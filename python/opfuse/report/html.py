@@ -143,6 +143,7 @@ def _legend(kernels: list[dict[str, Any]]) -> str:
     what = {"loop": "elementwise / injective", "input": "reduction root",
             "output": "matmul root + epilogue", "conv": "convolution root + epilogue",
             "attention": "Q·Kᵀ → softmax → P·V, S on chip", "scan": "running sum (cumsum)",
+            "columns": "column reduction + consumers",
             "horizontal": "sibling matmuls over one LHS",
             "opaque": "not fusible"}
     items = "".join(
