@@ -13,6 +13,9 @@ bf16 arrays are ``np.uint16`` bit patterns (numpy has no bf16); f16 is ``np.floa
 from __future__ import annotations
 
 import ctypes
+import importlib
+import importlib.util
+import sys
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -66,6 +69,35 @@ def runtime_libraries() -> list[str]:
     """Absolute paths of :data:`RUNTIME_LIBRARIES`, in load order."""
     d = runtime_library_dir()
     return [str(d / lib) for lib in RUNTIME_LIBRARIES]
+
+
+#: Installed packages that bundle their own LLVM and must be loaded before the JIT's
+#: runtime libraries: those pull the wheels' libLLVM.so into the process's global
+#: namespace (LLVM loads them RTLD_GLOBAL), and a bundled LLVM loaded after that registers
+#: its command-line options a second time and aborts the process ("Option
+#: 'bitcode-mdindex-threshold' registered more than once"). torch imports triton on its
+#: own (torch.export, Dynamo), so a CUDA torch install, or the bench extra, crashed a
+#: process that had run CPU code first; loaded first, both live side by side.
+LLVM_BUNDLING_PACKAGES = ("triton",)
+
+
+@lru_cache(maxsize=1)
+def load_llvm_bundling_packages() -> tuple[str, ...]:
+    """Import :data:`LLVM_BUNDLING_PACKAGES` that are installed (once, before the first
+    engine); returns the ones loaded. One that fails to import is left alone."""
+    loaded = []
+    for name in LLVM_BUNDLING_PACKAGES:
+        if name in sys.modules:
+            loaded.append(name)
+            continue
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:  # a broken install is its own problem, not a reason to fail here
+            continue
+        loaded.append(name)
+    return tuple(loaded)
 
 
 @lru_cache(maxsize=1)
@@ -141,6 +173,7 @@ class CpuProgram:
         #: threads the program's tile loops run on (what it was compiled for)
         self.threads = compiled_threads(llvm_module)
         _check_c_interface(llvm_module, signature)
+        load_llvm_bundling_packages()
         if self.threads > 1:
             load_async_runtime()
         with collect_diagnostics(llvm_module.context) as diags:

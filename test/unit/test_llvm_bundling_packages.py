@@ -1,0 +1,60 @@
+"""A package that bundles its own LLVM (triton) and opfuse's CPU JIT in one process.
+
+The JIT's runtime libraries pull the wheels' libLLVM.so into the process's global
+namespace; a bundled LLVM loaded after that registers its command-line options twice and
+aborts the process (LLVM ERROR "Option 'bitcode-mdindex-threshold' registered more than
+once"), which torch triggers on its own by importing triton in torch.export and Dynamo.
+runtime.cpu imports such packages before its first engine. Checked in a fresh interpreter
+with a stand-in ``triton`` that records whether LLVM's symbols were already global when it
+was imported (runs everywhere), and with the real triton where it is installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+RUN_CPU_CODE = textwrap.dedent("""
+    import ctypes, numpy as np, opfuse
+    from opfuse.builder import Graph
+    g = Graph("t"); x = g.input("x", (4, 8)); g.output(g.tanh(x))
+    got = opfuse.compile(g, backend="cpu")(np.ones((4, 8), np.float32))
+    assert np.allclose(got, np.tanh(1.0))
+    # the hazard is real: after the engine, LLVM's C API resolves from the process
+    print("llvm global after the engine:", hasattr(ctypes.CDLL(None), "LLVMContextCreate"))
+""")
+
+
+def _python(code: str, path: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (path, env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_a_bundling_package_is_loaded_before_llvm_is_global(tmp_path):
+    fake = tmp_path / "triton"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(textwrap.dedent("""
+        import ctypes
+        print("stand-in triton imported; llvm global then:",
+              hasattr(ctypes.CDLL(None), "LLVMContextCreate"))
+    """))
+    proc = _python(RUN_CPU_CODE, str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "stand-in triton imported; llvm global then: False" in proc.stdout, proc.stdout
+    assert "llvm global after the engine: True" in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                    reason="triton is not installed (the bench extra installs it)")
+def test_triton_imported_after_cpu_code_does_not_abort():
+    proc = _python(RUN_CPU_CODE + "\nimport triton\nprint('triton', triton.__version__)\n")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "triton 3." in proc.stdout
