@@ -31,7 +31,7 @@ from mlir import ir
 from .evaluate import Evaluator, generic_domain, iterators_of, maps_of, n_inputs
 from .group import Group, require
 from .kernel import KernelBuilder, delinearize, numel
-from .loop import MAX_GRID_X, block_for
+from .loop import launch_1d
 
 
 def column_root(group: Group) -> ir.Operation:
@@ -59,13 +59,9 @@ def emit_columns(group: Group, module: ir.Module, name: str) -> KernelBuilder:
                 f"columns' results {list(k_shape)} nor their domain {list(dom)}")
     n = numel(k_shape)
     require(n > 0, "an empty output")
-    block = block_for(n)
-    grid = -(-n // block)
-    require(grid <= MAX_GRID_X, "too many blocks")
-    kb = KernelBuilder(module, name, group.params, (grid, 1, 1), (block, 1, 1))
-    bx = kb.add_dim(kb.block_id[0])
-    tx = kb.add_dim(kb.thread_id[0])
-    first = kb.apply(bx * block + tx)
+    launch = launch_1d(group, module, name, n)
+    kb = launch.kb
+    first = kb.apply(launch.index)
     k = delinearize(kb.add_dim(first), k_shape) if k_shape else []
     ev = Evaluator(kb, group.func, group.leaves(kb.params), sequential=True)
     n_in = n_inputs(root)
@@ -110,7 +106,7 @@ def emit_columns(group: Group, module: ir.Module, name: str) -> KernelBuilder:
             if o.shape == dom and o.shape != k_shape:
                 column(o)
 
-    guard = kb.if_(kb.cmp_lt(first, kb.index(n))) if grid * block != n else contextlib.nullcontext()
+    guard = kb.if_(kb.cmp_lt(first, kb.index(n))) if launch.launched != n else contextlib.nullcontext()
     with guard:
         body()
     kb.vector_lanes = 1

@@ -38,7 +38,7 @@ from mlir.dialects import linalg
 from .evaluate import Evaluator, Val, compose, generic_domain, iterators_of, maps_of, n_inputs
 from .group import Group, require
 from .kernel import KernelBuilder, delinearize, linearize, numel, shape_of, vector_width
-from .loop import MAX_GRID_X, block_for
+from .loop import launch_1d
 
 #: Output channels per thread (fewer when the channel count is not a multiple).
 TILE_CHANNELS = 4
@@ -95,11 +95,8 @@ def emit_conv(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     per_thread = {vec: lanes, **({ch: tf} if ch is not None else {})}
     sizes = [dom[p] // per_thread.get(p, 1) for p in par]
     tiles = numel(sizes)
-    block = block_for(tiles)
-    grid = -(-tiles // block)
-    require(grid <= MAX_GRID_X, "too many blocks")
-
-    kb = KernelBuilder(module, name, group.params, (grid, 1, 1), (block, 1, 1))
+    launch = launch_1d(group, module, name, tiles)
+    kb = launch.kb
     ev = Evaluator(kb, group.func, group.leaves(kb.params), lanes=lanes)
     placements = {o.index: ev.placement(o.value, op.results[0]) for o in group.outputs}
     for o in group.outputs:
@@ -108,9 +105,7 @@ def emit_conv(group: Group, module: ir.Module, name: str) -> KernelBuilder:
             f"an output of shape {o.shape} that is not the convolution's result "
             f"{shape_of(op.results[0].type)} seen through elementwise ops and reshapes",
         )
-    bx = kb.add_dim(kb.block_id[0])
-    tx = kb.add_dim(kb.thread_id[0])
-    tile = kb.apply(bx * block + tx)
+    tile = kb.apply(launch.index)
 
     def body() -> None:
         point: list = [ir.AffineConstantExpr.get(0, kb.ctx)] * len(its)  # reductions: set below
@@ -134,7 +129,7 @@ def emit_conv(group: Group, module: ir.Module, name: str) -> KernelBuilder:
                 at = _output_index(placements[o.index], idx, shape_of(op.results[0].type), kb.ctx)
                 ev.store(leaf, at, ev.value(o.value, at))
 
-    if grid * block != tiles:
+    if launch.launched != tiles:
         with kb.if_(kb.cmp_lt(tile, kb.index(tiles))):
             body()
     else:

@@ -15,6 +15,8 @@ Correct for everything the evaluator can express; fast for nothing in particular
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from mlir import ir
 
 from .evaluate import Evaluator
@@ -32,6 +34,25 @@ def block_for(threads: int) -> int:
     return max(32, min(BLOCK, -(-threads // 32) * 32))
 
 
+class Launch1D(NamedTuple):
+    kb: KernelBuilder
+    index: ir.AffineExpr  # the thread's flat index, block_id.x * block + thread_id.x
+    launched: int  # threads launched (grid * block): more than asked when the last block is partial
+
+
+def launch_1d(group: Group, module: ir.Module, name: str, threads: int) -> Launch1D:
+    """A kernel of ``threads`` threads in one dimension: :func:`block_for`'s block, as many
+    blocks as it takes (the caller guards the last block when ``launched`` exceeds what it
+    needs)."""
+    block = block_for(threads)
+    grid = -(-threads // block)
+    require(grid <= MAX_GRID_X, "too many blocks")
+    kb = KernelBuilder(module, name, group.params, (grid, 1, 1), (block, 1, 1))
+    bx = kb.add_dim(kb.block_id[0])
+    tx = kb.add_dim(kb.thread_id[0])
+    return Launch1D(kb, bx * block + tx, grid * block)
+
+
 def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     outs = group.outputs
     require(bool(outs), "no outputs")
@@ -44,14 +65,9 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     for o in outs:
         if o.shape:
             lanes = min(lanes, vector_width(o.element_type, o.shape[-1]))
-    threads = -(-n // lanes)
-    block = block_for(threads)
-    grid = -(-threads // block)
-    require(grid <= MAX_GRID_X, "too many blocks")
-    kb = KernelBuilder(module, name, group.params, (grid, 1, 1), (block, 1, 1))
-    bx = kb.add_dim(kb.block_id[0])
-    tx = kb.add_dim(kb.thread_id[0])
-    first = kb.apply((bx * block + tx) * lanes)
+    launch = launch_1d(group, module, name, -(-n // lanes))
+    kb = launch.kb
+    first = kb.apply(launch.index * lanes)
     d0 = kb.add_dim(first)
     ev = Evaluator(kb, group.func, group.leaves(kb.params), lanes=lanes, vdim=d0.position)
 
@@ -61,7 +77,7 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
             val = ev.value(o.value, idx)
             ev.store(group.output_leaf(o, group.result_param(kb.params, o.index)), tuple(idx), val)
 
-    if grid * block * lanes != n:
+    if launch.launched * lanes != n:
         with kb.if_(kb.cmp_lt(first, kb.index(n))):
             body()
     else:
