@@ -39,7 +39,10 @@ import numpy as np
 from mlir import ir
 
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
-from . import emulate_mma
+from . import emulate_mma, emulate_wgmma
+
+#: Ops the tensor-core modules emulate (wgmma's extractvalue also checks readiness).
+_HANDLERS = {**emulate_mma.HANDLERS, **emulate_wgmma.HANDLERS}
 
 WARP = 32
 
@@ -105,6 +108,7 @@ class _Launch:
         ]
         self.races = _RaceCheck(self, [str(m) for m in shared]) if racecheck and shared else None
         self.copies = None  # cp.async copies in flight (emulate_mma.AsyncCopies)
+        self.wgmma = None  # warpgroup-MMA state (emulate_wgmma.State), for kernels using it
 
     def where(self, g: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Block and thread coordinates of thread ``g``."""
@@ -311,6 +315,7 @@ class Emulator:
             raise OpfuseError(f"emulator: {entry} takes {n_args} arguments, got {len(args)}")
         shared = [ir.MemRefType(a.type) for a in params[n_args:]]
         launch = _Launch(list(grid), list(block), shared, f"@{entry}", self.racecheck)
+        emulate_wgmma.attach(launch, body)
         env: dict = {}
         for a, buf in zip(params, args):
             env[a] = ("mem", buf.reshape(-1))
@@ -331,6 +336,8 @@ class Emulator:
             op = op.operation
             if op.name == "arith.constant":
                 env[op.results[0]] = _const(op)
+            elif op.name in ("llvm.mlir.undef", "llvm.mlir.poison"):  # hoisted by canonicalize
+                env[op.results[0]] = emulate_wgmma.undef_value(op)
             elif op.name == "gpu.launch":
                 self._launch(op, env, name)
             elif op.name == "func.return":
@@ -348,6 +355,7 @@ class Emulator:
         args = list(body.arguments)
         shared = [ir.MemRefType(a.type) for a in args[12:]]
         launch = _Launch(grid, block, shared, f"@{kernel}", self.racecheck)
+        emulate_wgmma.attach(launch, body)
         local = dict(env)
         for k, a in enumerate(args[:6]):
             local[a] = launch.ids[k]
@@ -371,7 +379,7 @@ class Emulator:
     def _op(self, op: ir.Operation, env: dict, mask: np.ndarray, L: _Launch) -> None:
         name = op.name
         get = lambda v: env[v]  # noqa: E731
-        extra = emulate_mma.HANDLERS.get(name)
+        extra = _HANDLERS.get(name)
         if extra is not None:
             extra(self, op, env, mask, L)
             return
@@ -405,6 +413,7 @@ class Emulator:
             if L.races is not None:
                 _check_convergent(L, mask)
                 L.races.barrier(mask)
+            emulate_wgmma.on_barrier(L, mask)
             return
         if name in ("gpu.block_id", "gpu.thread_id", "gpu.block_dim", "gpu.grid_dim"):
             dim = "xyz".index(str(op.attributes["dimension"]).split("<")[-1].rstrip(">")[-1])
@@ -526,6 +535,8 @@ class Emulator:
     def _track(mem, addr: np.ndarray, mask: np.ndarray, L: _Launch, op: str, write: bool) -> None:
         """Record a shared-memory access of the active threads (``addr``: one element per
         thread, or a row of ``lanes`` elements per thread) with the race check."""
+        if write:
+            emulate_wgmma.on_write(L, mem[1], addr, mask, op)
         if L.races is not None:
             emulate_mma.check_access(L, mem[1], addr, mask, op, write)
             (L.races.on_write if write else L.races.on_read)(mem[1], addr, mask, op)
@@ -555,7 +566,9 @@ class Emulator:
 
     def _for(self, op: ir.Operation, env: dict, mask: np.ndarray, L: _Launch) -> None:
         lb, ub, step = (np.asarray(env[v]) for v in list(op.operands)[:3])
-        inits = [np.asarray(env[v]) for v in list(op.operands)[3:]]
+        # structs (tuples: a wgmma accumulator with its readiness) are carried as they are
+        keep = lambda x: x if isinstance(x, tuple) else np.asarray(x)  # noqa: E731
+        inits = [keep(env[v]) for v in list(op.operands)[3:]]
         body = op.regions[0].blocks[0]
         args = list(body.arguments)
         if lb.ndim == 0 and ub.ndim == 0 and step.ndim == 0:
@@ -564,10 +577,12 @@ class Emulator:
                 env[args[0]] = np.int64(iv)
                 for a, v in zip(args[1:], carried):
                     env[a] = v
-                carried = [np.asarray(x) for x in self._block(body, env, mask, L)]
+                carried = [keep(x) for x in self._block(body, env, mask, L)]
             for r, v in zip(op.results, carried):
                 env[r] = v
             return
+        if any(isinstance(v, tuple) for v in inits):
+            raise OpfuseError("emulator: a loop with thread-dependent bounds carries a struct")
         iv = np.broadcast_to(lb, (L.n,)).astype(np.int64).copy()
         carried = []
         for a, v in zip(args[1:], inits):

@@ -148,6 +148,7 @@ class MmaStats:
     ldmatrix_matrices: int = 0  # 8x8 matrices read (one shared-memory phase each)
     ldmatrix_wavefronts: int = 0  # phases they cost (== matrices when conflict-free)
     mma: int = 0  # warp-level mma instructions executed
+    wgmma: int = 0  # warpgroup-level wgmma.mma_async instructions executed
     cp_async: int = 0  # thread-level copies issued
     shared_loads: int = 0  # warp-level scalar shared loads (with Emulator(bank_stats=True))
     shared_load_wavefronts: int = 0  # the shared-memory phases they cost
@@ -379,6 +380,8 @@ class AsyncCopies:
         if racecheck is not None:
             self.check(k, addr, threads, op, write=True)
             racecheck.on_write(k, _rows(L, threads, addr), _mask(L, threads), op)
+        if getattr(L, "wgmma", None) is not None:  # not into shared memory a wgmma reads
+            L.wgmma.on_write(k, _rows(L, threads, addr), _mask(L, threads), op, landed=False)
         fl = self.inflight.setdefault(k, np.full(L.shared[k].shape, -1, np.int64))
         fl[L.block_linear[threads][:, None], addr] = threads[:, None]
         self.pending.append(
@@ -405,6 +408,8 @@ class AsyncCopies:
                 self.inflight[p["k"]][L.block_linear[t][:, None], a] = -1
                 if racecheck is not None:
                     racecheck.on_write(p["k"], _rows(L, t, a), _mask(L, t), op)
+                if getattr(L, "wgmma", None) is not None:  # a generic-proxy write lands
+                    L.wgmma.on_write(p["k"], _rows(L, t, a), _mask(L, t), op)
             if not done.all():
                 rest = ~done
                 still.append({**p, "threads": th[rest], "addr": p["addr"][rest],
