@@ -80,7 +80,7 @@ MATMUL_ROWS = env(
 MATMUL = env(
     "OPFUSE_MATMUL",
     "GPU matmul kernels: auto (tensor cores for f16/bf16, and for f32 with TF32 allowed), "
-    "mma, simt, or per kernel: fusion_3_output=simt,auto",
+    "mma, wgmma (sm_90a targets), simt, or per kernel: fusion_3_output=simt,auto",
 )
 ALLOW_TF32 = env(
     "OPFUSE_ALLOW_TF32",

@@ -197,6 +197,14 @@ def test_code_choice_prefers_matching_cubins():
     assert cuda.choose_code(spec, "sm_86") == ("cubin", b"c80")  # sm_80 cubins run on sm_86
     with pytest.raises(OpfuseError, match="no PTX or cubin for sm_75"):
         cuda.choose_code(spec, "sm_75")
+    # sm_90a code (wgmma) runs on sm_90 devices only: never JIT-compiled forward
+    wg = KernelSpec("k", "k", "wgmma", [], (1, 1, 1), (128, 1, 1), ptx={"sm_90a": "pa"},
+                    cubin={"sm_90a": b"ca"})
+    assert cuda.choose_code(wg, "sm_90") == ("cubin", b"ca")
+    wg.cubin = {}
+    assert cuda.choose_code(wg, "sm_90") == ("ptx", b"pa")
+    with pytest.raises(OpfuseError, match="no PTX or cubin for sm_100"):
+        cuda.choose_code(wg, "sm_100")
 
 
 def test_kernel_times_and_freed_allocations(fake_cuda):

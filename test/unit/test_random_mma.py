@@ -13,8 +13,9 @@ no thread writes shows).
 Tolerances, relative to max(1, max |reference|) (test_codegen_mma.py says why): f16 1e-2,
 bf16 3e-2, TF32 5e-3. Inputs are uniform in [-1, 1), right-hand sides scaled by
 1/sqrt(K), so values stay O(1). OPFUSE_HYPOTHESIS_EXAMPLES sets the number of examples
-(default 36, about 20 s on one core), derandomized; HYPOTHESIS_PROFILE=explore draws
-fresh ones. A failing example prints as the builder calls that rebuild it.
+(default 36, about 20 s on one core; the wgmma variant, ``matmul=wgmma`` on sm_90a, runs a
+quarter of them on f16 and bf16), derandomized; HYPOTHESIS_PROFILE=explore draws fresh ones.
+A failing example prints as the builder calls that rebuild it.
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ class _Case:
 
 
 @st.composite
-def random_case(draw) -> _Case:
-    case = _Case(draw(st.sampled_from(["f16", "bf16", "tf32"])))
+def random_case(draw, dtypes=("f16", "bf16", "tf32")) -> _Case:
+    case = _Case(draw(st.sampled_from(list(dtypes))))
 
     def dim(room=MAX_ELEMS):
         return draw(st.sampled_from([s for s in SIZES if s <= max(1, room)]))
@@ -138,12 +139,21 @@ def _inputs(case: _Case, seed: int):
 @settings(settings.get_profile(PROFILE))
 @given(case=random_case(), seed=st.integers(0, 2**16))
 def test_emulated_mma_kernels_match_numpy(case: _Case, seed: int):
+    _check(case, seed, "mma", allow_tf32=case.dtype == "tf32")
+
+
+@settings(settings.get_profile(PROFILE), max_examples=max(4, EXAMPLES // 4))
+@given(case=random_case(("f16", "bf16")), seed=st.integers(0, 2**16))
+def test_emulated_wgmma_kernels_match_numpy(case: _Case, seed: int):
+    """The same graphs on warpgroup MMA (``matmul=wgmma``, sm_90a), a quarter as many."""
+    _check(case, seed, "wgmma", targets=("sm_90a",), matmul="wgmma")
+
+
+def _check(case: _Case, seed: int, emitter: str, **options) -> None:
     values = _inputs(case, seed)
-    program, emu, got, want = emulated(
-        case.g, inputs=[values[t.name] for t in case.g.inputs], allow_tf32=case.dtype == "tf32"
-    )
+    program, emu, got, want = emulated(case.g, inputs=[values[t.name] for t in case.g.inputs], **options)
     matmuls = [k for k in program.kernels.values() if k.name.endswith("_output")]
-    assert matmuls and all(k.emitter == "mma" for k in matmuls), program.notes
+    assert matmuls and all(k.emitter == emitter for k in matmuls), program.notes
     tol = TOL["f32" if case.dtype == "tf32" else case.dtype]
     for x, w in zip(got, want):
         assert not np.isnan(x).any(), "an output element no thread wrote"

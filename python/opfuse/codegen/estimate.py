@@ -5,9 +5,10 @@ a formula, shared memory, executed FLOPs, device bytes) and a device description
 estimate is the larger of
 
 * compute: the busiest SM runs ``ceil(blocks / SMs)`` blocks; its share of the device's
-  peak (tensor-core ``mma.sync`` for MMA kernels, FFMA otherwise) bounds how fast, scaled
-  down when fewer warps are resident on the SM than it takes to keep the pipes busy
-  (assumed: 8 warps for mma.sync, two per scheduler; 16 for FFMA);
+  peak (tensor-core ``mma.sync`` for MMA kernels, the dense tensor peak for ``wgmma``
+  kernels, FFMA otherwise) bounds how fast, scaled down when fewer warps are resident on
+  the SM than it takes to keep the pipes busy (assumed: 8 warps for mma.sync, two per
+  scheduler; two warpgroups for wgmma; 16 for FFMA);
 * memory: the kernel's device-memory bytes at the device's bandwidth, and the bytes its
   blocks read from L2 (a matmul's operand tiles, each read by every block of its row or
   column of the grid) at the L2's (an assumed 2x the DRAM bandwidth);
@@ -47,7 +48,8 @@ class Device:
         ffma_flops: f32 FMA peak (FLOP/s, 2 per FMA).
         tensor_flops: dense tensor-core peak per operand kind (the roofline's).
         mma_sync_flops: what ``mma.sync`` reaches per kind (on Hopper the warpgroup
-            instruction ``wgmma`` is needed for the full tensor peak).
+            instruction ``wgmma`` is needed for the full tensor peak: ``wgmma`` kernels are
+            estimated at ``tensor_flops``).
         sfu_per_s: special-function results per second (``ex2``: 16 per clock per SM).
     """
 
@@ -62,6 +64,9 @@ class Device:
     #: resident warps per SM that keep the mma.sync / FFMA pipes busy (an assumption)
     busy_warps_mma: int = 8
     busy_warps_ffma: int = 16
+    #: ... and the wgmma pipe: two warpgroups (one issuing while the other's epilogue or
+    #: wait runs, as CUTLASS's ping-pong kernels do; an assumption too)
+    busy_warps_wgmma: int = 8
     regs_per_sm: int = 65536
     max_threads_per_sm: int = 2048
     max_blocks_per_sm: int = 32
@@ -99,7 +104,7 @@ A100 = Device(
     sfu_per_s=108 * 16 * 1.41e9,
     smem_per_sm=164 * 1024,
 )
-DEVICES = {"sm_90": H200, "sm_80": A100}
+DEVICES = {"sm_90": H200, "sm_90a": H200, "sm_80": A100}
 
 
 def device(chip: str) -> Device:
@@ -130,6 +135,7 @@ def kernel_estimate(
     kind: str | None,
     l2_bytes: float = 0.0,
     sfu_ops: float = 0.0,
+    instruction: str | None = None,
 ) -> dict:
     """The estimate of one kernel (module docstring) as a JSON-ready dict.
 
@@ -140,16 +146,20 @@ def kernel_estimate(
         kind: ``f16``, ``bf16``, ``tf32`` for tensor-core kernels, None for FFMA.
         sfu_ops: special-function results (an attention's exponentials), whose time on
             the busiest SM is added to the compute time.
+        instruction: ``wgmma`` for warpgroup-MMA kernels (the dense tensor peak), else
+            ``mma.sync`` rates for tensor-core kinds.
     """
     blocks = math.prod(grid)
     bps = blocks_per_sm(dev, threads, registers, smem)
-    peak = dev.mma_sync_flops[kind] if kind else dev.ffma_flops
+    wgmma = bool(kind) and instruction == "wgmma"
+    peak = (dev.tensor_flops if wgmma else dev.mma_sync_flops)[kind] if kind else dev.ffma_flops
     if bps == 0:
         return {"not_available": f"a block does not fit on an SM ({registers} registers, "
                                  f"{smem} bytes of shared memory, {threads} threads)"}
     per_sm = -(-blocks // dev.sms)  # blocks the busiest SM runs, one after another or together
     warps = min(bps, per_sm) * -(-threads // 32)  # resident on the busiest SM
-    busy = min(1.0, warps / (dev.busy_warps_mma if kind else dev.busy_warps_ffma))
+    needed = dev.busy_warps_wgmma if wgmma else dev.busy_warps_mma if kind else dev.busy_warps_ffma
+    busy = min(1.0, warps / needed)
     t_compute = per_sm * (flops / blocks) / (peak / dev.sms * busy)
     if sfu_ops:
         t_compute += per_sm * (sfu_ops / blocks) / (dev.sfu_per_s / dev.sms * busy)
@@ -239,6 +249,7 @@ def _estimated(dev: Device, grid, block, meta: dict, flops: float, bytes_: float
         kind=kind,
         l2_bytes=l2,
         sfu_ops=sfu,
+        instruction=meta.get("instruction"),
     )
     best = kind or (operands if operands in ("f16", "bf16") else None)
     est.update(
@@ -302,6 +313,8 @@ def for_emitter(emitter: str):
         # one matmul over the concatenated N ranges (meta's problem N is their sum)
         "horizontal_mma": matmul_kernel,
         "horizontal": matmul_kernel,
+        "wgmma": matmul_kernel,
+        "horizontal_wgmma": matmul_kernel,
         "attention_mma": attention_kernel,
         "attention": attention_kernel,
     }.get(emitter)

@@ -15,12 +15,12 @@ kind      emitters, in order
 ========  ==================================================================
 loop      loop (16-byte vectors per thread), fallback
 input     rows (team per row, shuffles), fallback
-output    mma (tensor cores, cp.async pipeline), matmul (SIMT tile), fallback
+output    wgmma (matmul=wgmma on sm_90a: warpgroup MMA), mma (tensor cores, cp.async pipeline), matmul (SIMT tile), fallback
 attention attention_mma (f16/bf16 tensor cores), attention (SIMT), fallback
 conv      conv (direct convolution, channels x columns per thread), fallback
 scan      scan (warp/block scan per row: shuffles up, warp totals in shared memory), fallback
 columns   columns (thread per kept point walks its column: mean pooling, weight norm), fallback
-horizontal horizontal_mma (one tensor-core kernel over the siblings' N ranges), horizontal (SIMT), fallback
+horizontal horizontal_wgmma (matmul=wgmma), horizontal_mma (one tensor-core kernel over the siblings' N ranges), horizontal (SIMT), fallback
 opaque    fallback (grid-stride loop)
 ========  ==================================================================
 """
@@ -43,9 +43,10 @@ from .columns import emit_columns
 from .conv import emit_conv
 from .group import Group, NotChosen, is_view_only, prepare
 from .kernel import KernelBuilder, Unsupported
-from .horizontal import emit_horizontal_mma, emit_horizontal_simt
+from .horizontal import emit_horizontal_mma, emit_horizontal_simt, emit_horizontal_wgmma
 from .loop import emit_fallback, emit_loop
 from .matmul import emit_matmul, emit_mma
+from .matmul_wgmma import emit_wgmma
 from .options import CodegenOptions
 from .rows import emit_rows
 from .scan import emit_scan
@@ -55,6 +56,7 @@ STAGES = ("kernels", "nvvm", "ptx", "cubin")
 EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
     "loop": emit_loop,
     "rows": emit_rows,
+    "wgmma": emit_wgmma,
     "mma": emit_mma,
     "matmul": emit_matmul,
     "attention_mma": emit_attention_mma,
@@ -62,6 +64,7 @@ EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
     "conv": emit_conv,
     "scan": emit_scan,
     "columns": emit_columns,
+    "horizontal_wgmma": emit_horizontal_wgmma,
     "horizontal_mma": emit_horizontal_mma,
     "horizontal": emit_horizontal_simt,
     "fallback": emit_fallback,
@@ -69,12 +72,12 @@ EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
 ORDER = {
     "loop": ("loop", "fallback"),
     "input": ("rows", "fallback"),
-    "output": ("mma", "matmul", "fallback"),
+    "output": ("wgmma", "mma", "matmul", "fallback"),
     "attention": ("attention_mma", "attention", "fallback"),
     "conv": ("conv", "fallback"),
     "scan": ("scan", "fallback"),
     "columns": ("columns", "fallback"),
-    "horizontal": ("horizontal_mma", "horizontal", "fallback"),
+    "horizontal": ("horizontal_wgmma", "horizontal_mma", "horizontal", "fallback"),
     "opaque": ("fallback",),
 }
 PTXAS_OPTIONS = ("-O3",)
@@ -176,7 +179,9 @@ def compile_module(
     for chip in targets:
         if chip not in nvptx.CHIPS:
             raise OpfuseError(f"unknown GPU target '{chip}' (known: {', '.join(nvptx.CHIPS)})")
-    options = CodegenOptions.resolve(matmul, allow_tf32, targets[0] if targets else "sm_90")
+    options = CodegenOptions.resolve(
+        matmul, allow_tf32, targets[0] if targets else "sm_90", tuple(targets)
+    )
     module = outlined(module)
     host_func = find_entry(module, entry)
     funcs = _kernel_functions(module, host_func)

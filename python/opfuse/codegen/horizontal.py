@@ -178,4 +178,14 @@ def emit_horizontal_mma(group: Group, module: ir.Module, name: str) -> KernelBui
                                   [r.part for r in rs], _dispatch)
 
 
-__all__ = ["Part", "Range", "emit_horizontal_mma", "emit_horizontal_simt", "ranges"]
+def emit_horizontal_wgmma(group: Group, module: ir.Module, name: str) -> KernelBuilder:
+    """The warpgroup-MMA horizontal kernel (``matmul=wgmma``, sm_90a: :mod:`.matmul_wgmma`)."""
+    from . import matmul_wgmma
+
+    rs = ranges(group)
+    return matmul_wgmma.emit_ranges(group, module, name, [r.contractions for r in rs],
+                                    [r.part for r in rs], _dispatch)
+
+
+__all__ = ["Part", "Range", "emit_horizontal_mma", "emit_horizontal_simt", "emit_horizontal_wgmma",
+           "ranges"]

@@ -47,7 +47,7 @@ from .group import Group, NotChosen, require
 from .kernel import KernelBuilder, Shared, delinearize, linearize
 from .lanes import Kind, analyze
 from .matmul import Contraction, store_outputs
-from .matmul_tiles import Tiles, choose, configure
+from .matmul_tiles import MMA_SYNC, Tiles, choose, configure
 
 WARP = 32
 #: Bytes per copy, largest first (cp.async moves 16, 8 or 4 bytes).
@@ -79,7 +79,11 @@ class _Operand:
     direct: bool | None = None  # staged with cp.async (known once staged)
 
 
-def emit_mma(group: Group, module: ir.Module, name: str) -> KernelBuilder:
+def emit_mma(group: Group, module: ir.Module, name: str, cls: type | None = None) -> KernelBuilder:
+    """The kernel of an output group; ``cls``: the kernel body (:class:`_Kernel`, the
+    ``mma.sync`` one, or a subclass with its own tiles, slab layout and main loop:
+    :mod:`.matmul_wgmma`)."""
+    cls = cls or _Kernel
     opts = group.options
     if opts.matmul_mode(name) == "simt":
         raise NotChosen("matmul=simt")
@@ -93,20 +97,19 @@ def emit_mma(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     require(c.payload_is_mul_add(), "a contraction payload that is not acc + a * b")
     M, N, K = c.M, c.N, c.K
     a_k, b_k = (_runs_along_k(group, c, j) for j in (0, 1))
-    t = choose(M, N, K, c.n_batch, kind, opts.target, a_k, b_k)
+    t = choose(M, N, K, c.n_batch, kind, opts.target, a_k, b_k, cls.RULES)
     grid = (-(-N // t.bn), -(-M // t.bm), c.n_batch)
     require(grid[1] <= 65535 and grid[2] <= 65535, "too many tiles")
-    ops = []
-    for j, (extent, size, k_major) in enumerate(((t.bm, M, a_k), (t.bn, N, b_k))):
-        ld = mma.shared_ld(t.bk if k_major else extent, kind, k_major)
-        ops.append(_Operand(j, extent, size, k_major, ld, (extent if k_major else t.bk) * ld))
+    ops = [cls.operand(j, extent, size, k_major, t, kind)
+           for j, (extent, size, k_major) in enumerate(((t.bm, M, a_k), (t.bn, N, b_k)))]
     shared = [Shared(t.stages * o.stage, kind.element) for o in ops]
     kb = KernelBuilder(module, name, group.params, grid, (t.threads, 1, 1), shared)
     for o, smem in zip(ops, kb.shared):
         o.smem = smem
-    _Kernel(kb, group, c, kind, t, ops).build()
+    cls(kb, group, c, kind, t, ops).build()
     kb.vector_lanes = 2 if N % 2 == 0 else 1
     kb.meta = {
+        **cls.META,
         "mma": kind.name,
         "tile": [t.bm, t.bn, t.bk],
         "warps": [t.warps_m, t.warps_n],
@@ -119,12 +122,13 @@ def emit_mma(group: Group, module: ir.Module, name: str) -> KernelBuilder:
 
 
 def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Contraction]],
-                parts: list[Group], dispatch) -> KernelBuilder:
+                parts: list[Group], dispatch, cls: type | None = None) -> KernelBuilder:
     """A horizontal kernel (:mod:`.horizontal`): ``dispatch(kb, tiles, build)`` runs, per
     range of blocks, this emitter's pipeline for each of the range's contractions (one
     after the other when an epilogue reads two) and the epilogue of its part of the group.
     One tile shape for all (chosen for the whole N); shared memory sized for the largest
-    slab layout."""
+    slab layout. ``cls``: the kernel body (as for :func:`emit_mma`)."""
+    cls = cls or _Kernel
     opts = group.options
     cs = [c for r in ranges for c in r]
     kinds = {str(c.a_type) + "x" + str(c.b_type) for c in cs}
@@ -142,10 +146,12 @@ def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Co
     b_ks = [[_runs_along_k(part, c, 1) for c in r] for r, part in zip(ranges, parts)]
     a_k = _runs_along_k(parts[0], first, 0)
     n_total = sum(r[0].N for r in ranges)
-    t = choose(M, n_total, K, first.n_batch, kind, opts.target, a_k, all(b for r in b_ks for b in r))
+    t = choose(M, n_total, K, first.n_batch, kind, opts.target, a_k, all(b for r in b_ks for b in r),
+               cls.RULES)
     if any(len(r) > 1 for r in ranges):
-        # a pair keeps two sets of accumulators: at most 64 x 64 per block of 4 warps
-        made = configure(64, 64, 2, 2, K, kind, a_k, b_ks[0][0], estimate.device(opts.target).smem_per_block)
+        # a pair keeps two sets of accumulators: at most 64 x 64 per block
+        made = configure(*cls.PAIR_TILE, K, kind, a_k, b_ks[0][0],
+                         estimate.device(opts.target).smem_per_block, cls.RULES)
         require(made is not None, "no tile for paired siblings fits in shared memory")
         t = made[0] if t.bm * t.bn > 64 * 64 else t
     tiles = [-(-r[0].N // t.bn) for r in ranges]
@@ -153,11 +159,8 @@ def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Co
     require(grid[1] <= 65535 and grid[2] <= 65535, "too many tiles")
 
     def operands(c: Contraction, b_k: bool) -> list[_Operand]:
-        out = []
-        for j, (extent, size, k_major) in enumerate(((t.bm, c.M, a_k), (t.bn, c.N, b_k))):
-            ld = mma.shared_ld(t.bk if k_major else extent, kind, k_major)
-            out.append(_Operand(j, extent, size, k_major, ld, (extent if k_major else t.bk) * ld))
-        return out
+        return [cls.operand(j, extent, size, k_major, t, kind)
+                for j, (extent, size, k_major) in enumerate(((t.bm, c.M, a_k), (t.bn, c.N, b_k)))]
 
     layouts = [operands(c, b) for r, bs in zip(ranges, b_ks) for c, b in zip(r, bs)]
     shared = [Shared(t.stages * max(o[j].stage for o in layouts), kind.element) for j in (0, 1)]
@@ -171,7 +174,7 @@ def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Co
             ops = operands(c, b_k)
             for o, smem in zip(ops, kb.shared):
                 o.smem = smem
-            kernels.append(_Kernel(kb, parts[i], c, kind, t, ops, block=[bx, by, bz]))
+            kernels.append(cls(kb, parts[i], c, kind, t, ops, block=[bx, by, bz]))
         finals = []
         for n, k in enumerate(kernels):
             if n:  # every warp is done with the slabs before the next sibling restages them
@@ -184,6 +187,7 @@ def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Co
     dispatch(kb, tiles, build)
     kb.vector_lanes = 2 if all(c.N % 2 == 0 for c in cs) else 1
     kb.meta = {
+        **cls.META,
         "mma": kind.name,
         "tile": [t.bm, t.bn, t.bk],
         "warps": [t.warps_m, t.warps_n],
@@ -198,7 +202,21 @@ def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Co
 
 
 class _Kernel:
-    """The kernel body, built in :meth:`build`."""
+    """The kernel body, built in :meth:`build`. Subclasses (another instruction) replace
+    :data:`RULES`, :meth:`operand`, :meth:`_dst`, :meth:`_row_col` and :meth:`mainloop`."""
+
+    #: Tile candidates and the estimate's rate (:mod:`.matmul_tiles`).
+    RULES = MMA_SYNC
+    #: The tile of a range that runs two products (two sets of accumulators).
+    PAIR_TILE = (64, 64, 2, 2)
+    #: What the kernel adds to its KernelSpec's meta.
+    META: dict = {}
+
+    @classmethod
+    def operand(cls, j: int, extent: int, size: int, k_major: bool, t: Tiles, kind) -> _Operand:
+        """Operand ``j``'s slab: rows padded so ldmatrix is free of bank conflicts."""
+        ld = mma.shared_ld(t.bk if k_major else extent, kind, k_major)
+        return _Operand(j, extent, size, k_major, ld, (extent if k_major else t.bk) * ld)
 
     def __init__(self, kb, group, c: Contraction, kind: mma.MmaKind, t: Tiles, ops, block=None):
         self.kb, self.group, self.c, self.kind, self.t, self.ops = kb, group, c, kind, t, ops
@@ -293,10 +311,10 @@ class _Kernel:
                 if first + t.threads > slots:
                     guard = kb.cmp_lt(kb.apply(s), kb.index(slots))
                 with kb.if_(guard) if guard is not None else contextlib.nullcontext():
-                    row = ir.AffineExpr.get_floor_div(s, per_row)
-                    col = ir.AffineExpr.get_mod(s, per_row) * chunk
+                    row, col = self._row_col(s, per_row)
+                    col = col * chunk
                     i, k = (row, col) if o.k_major else (col, row)
-                    dst = kb.apply(slot_base + (i * o.ld + k if o.k_major else k * o.ld + i))
+                    dst = kb.apply(slot_base + self._dst(o, i, k))
                     gi, gk = kb.apply(o.base + i), kb.apply(k0 + k)
                     ok = self._in_range(o, gi, gk)
                     gi = self._clamp(gi, o.size, chunk if not o.k_major else 1, o.size % o.extent)
@@ -307,6 +325,16 @@ class _Kernel:
                         self._copy(o, di, dk, vdim, dst, chunk, ok)
                     else:
                         self._load_store(o, di, dk, vdim, dst, chunk, ok)
+
+    def _row_col(self, s, per_row: int) -> tuple:
+        """The shared row and the copy (along the row) thread slot ``s`` fills: row-major,
+        so consecutive threads read consecutive chunks of global memory."""
+        return ir.AffineExpr.get_floor_div(s, per_row), ir.AffineExpr.get_mod(s, per_row)
+
+    def _dst(self, o: _Operand, i, k):
+        """Element (``i`` along M/N, ``k`` along K) of operand ``o``'s slab: its offset in
+        the slab."""
+        return i * o.ld + k if o.k_major else k * o.ld + i
 
     def _index(self, o: _Operand, di, dk) -> tuple:
         c = self.c
@@ -475,4 +503,4 @@ def _runs_along_k(group: Group, c: Contraction, j: int) -> bool:
     return contiguous(1) > contiguous(0)
 
 
-__all__ = ["emit_mma"]
+__all__ = ["emit_mma", "emit_ranges"]

@@ -18,6 +18,7 @@ Stages are as many as fit in the 48 KB of static shared memory a block may have 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from . import estimate
 from .mma import MmaKind, shared_ld
@@ -77,10 +78,32 @@ def estimate_registers(t: Tiles, kind: MmaKind) -> int:
     return 4 * tiles + frags + 40
 
 
-def configure(bm, bn, wm, wn, K: int, kind: MmaKind, a_k_major: bool, b_k_major: bool, smem_cap):
+@dataclass(frozen=True)
+class Rules:
+    """What differs between the tensor-core instructions' tiles.
+
+    Attributes:
+        candidates: ``(bm, bn, warps_m, warps_n)``, largest first.
+        stage_bytes: ``(bm, bn, bk, kind, a_k_major, b_k_major)`` -> bytes of one stage.
+        registers: ``(tiles, kind)`` -> estimated registers per thread.
+        instruction: the estimate's rate (``mma.sync`` or ``wgmma``).
+    """
+
+    candidates: tuple
+    stage_bytes: Callable[..., int]
+    registers: Callable[..., int]
+    instruction: str = "mma.sync"
+
+
+#: ``mma.sync`` warps (:mod:`.matmul_mma`).
+MMA_SYNC = Rules(CANDIDATES, stage_bytes, estimate_registers)
+
+
+def configure(bm, bn, wm, wn, K: int, kind: MmaKind, a_k_major: bool, b_k_major: bool, smem_cap,
+              rules: Rules = MMA_SYNC):
     slab = 32 if kind.element_bytes == 2 else 16
     bk = min(slab, -(-K // kind.k) * kind.k)
-    per = stage_bytes(bm, bn, bk, kind, a_k_major, b_k_major)
+    per = rules.stage_bytes(bm, bn, bk, kind, a_k_major, b_k_major)
     stages = min(MAX_STAGES, smem_cap // per)
     if stages < 2:
         return None
@@ -88,13 +111,14 @@ def configure(bm, bn, wm, wn, K: int, kind: MmaKind, a_k_major: bool, b_k_major:
 
 
 def choose(
-    M: int, N: int, K: int, batch: int, kind: MmaKind, chip: str, a_k_major: bool, b_k_major: bool
+    M: int, N: int, K: int, batch: int, kind: MmaKind, chip: str, a_k_major: bool, b_k_major: bool,
+    rules: Rules = MMA_SYNC,
 ) -> Tiles:
     """The fastest candidate by the analytic model (ties: the larger tile)."""
     dev = estimate.device(chip)
     best, best_t = None, None
-    for bm, bn, wm, wn in CANDIDATES:
-        made = configure(bm, bn, wm, wn, K, kind, a_k_major, b_k_major, dev.smem_per_block)
+    for bm, bn, wm, wn in rules.candidates:
+        made = configure(bm, bn, wm, wn, K, kind, a_k_major, b_k_major, dev.smem_per_block, rules)
         if made is None:
             continue
         t, smem = made
@@ -106,12 +130,13 @@ def choose(
             dev,
             grid=grid,
             threads=t.threads,
-            registers=estimate_registers(t, kind),
+            registers=rules.registers(t, kind),
             smem=smem,
             flops=executed,
             bytes_=unique,
             kind=kind.name,
             l2_bytes=moved,
+            instruction=rules.instruction,
         )
         if "estimate_s" not in est:
             continue
@@ -121,4 +146,5 @@ def choose(
     return best
 
 
-__all__ = ["CANDIDATES", "Tiles", "choose", "configure", "estimate_registers", "stage_bytes"]
+__all__ = ["CANDIDATES", "MMA_SYNC", "Rules", "Tiles", "choose", "configure",
+           "estimate_registers", "stage_bytes"]

@@ -30,8 +30,10 @@ from .. import tempdirs
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 from ..ir import collect_diagnostics
 
-#: Chips the backend targets, with the PTX ISA version LLVM picks by default for each.
-CHIPS = ("sm_80", "sm_90")
+#: Chips the backend targets, with the PTX ISA version LLVM picks by default for each
+#: (sm_80: 7.0, sm_90: 7.8, sm_90a: 8.0). sm_90a is sm_90 with its architecture-specific
+#: instructions (``wgmma``, :mod:`.wgmma`); its code runs on sm_90 devices only.
+CHIPS = ("sm_80", "sm_90", "sm_90a")
 
 # Each element says why it is there. {chip} is filled in per target.
 _LOWERING = [
@@ -42,10 +44,12 @@ _LOWERING = [
     # plain strided memrefs, affine index math to arith, structured control flow to
     # branches, vectors (with the alignment each vector.load carries) to LLVM, then
     # gpu+arith+math+memref to NVVM with one pointer per memref (bare pointers: the
-    # runtime passes device addresses, nothing else).
+    # runtime passes device addresses, nothing else). NVVM ops that LLVM has no intrinsic
+    # for (``nvvm.wgmma.mma_async``) become inline PTX last (convert-nvvm-to-llvm; ops
+    # with an intrinsic are left to the translation).
     "gpu.module(convert-nvgpu-to-nvvm, expand-strided-metadata, lower-affine, convert-scf-to-cf, "
     "convert-vector-to-llvm, convert-gpu-to-nvvm{{use-bare-ptr-memref-call-conv=1}}, "
-    "canonicalize, cse, reconcile-unrealized-casts)",
+    "canonicalize, cse, convert-nvvm-to-llvm, reconcile-unrealized-casts)",
 ]
 _TO_BINARY = "gpu-module-to-binary{format=isa}"
 #: Bytes of alignment of every shared-memory buffer (one 16-byte vector).
@@ -78,6 +82,11 @@ class LaunchInfo:
     params: tuple[int, ...]
 
 
+#: Constant-like ops canonicalization may hoist out of a launch: cloned back in
+#: (``llvm.mlir.undef``: the initial wgmma accumulator struct).
+_SINKABLE = ("arith.constant", "ub.poison", "llvm.mlir.undef")
+
+
 def sink_constants(module: ir.Module) -> None:
     """Clone constants defined above a ``gpu.launch`` into it (the outliner would turn
     float/vector constants into kernel parameters). Emitters create constants inside the
@@ -102,7 +111,7 @@ def sink_constants(module: ir.Module) -> None:
                 if isinstance(owner, ir.Block):
                     continue
                 d = owner.operation if hasattr(owner, "operation") else owner
-                if d.name in ("arith.constant", "ub.poison") and not _inside(d, launch):
+                if d.name in _SINKABLE and not _inside(d, launch):
                     if d not in clones:
                         clones[d] = d.clone(ip=ir.InsertionPoint(first))
                     op.operands[i] = clones[d].results[0]

@@ -46,15 +46,24 @@ def _cc(chip: str) -> int:
     return int("".join(ch for ch in chip[3:] if ch.isdigit()))
 
 
+def _runs_on(code_chip: str, cc: int) -> bool:
+    """Code for ``code_chip`` may be used on a device of compute capability ``cc``: not
+    newer; and architecture-specific code (``sm_90a``: wgmma) only on that very chip,
+    PTX included (it is not forward-compatible)."""
+    if code_chip.endswith("a"):
+        return _cc(code_chip) == cc
+    return _cc(code_chip) <= cc
+
+
 def choose_code(spec: KernelSpec, chip: str) -> tuple[str, bytes]:
     """("cubin", data) built for the device's major version and a minor not above it
     (cubins run forward within a major), else ("ptx", text) of the newest chip not newer
-    than the device (the driver JIT-compiles PTX forward)."""
+    than the device (the driver JIT-compiles PTX forward); ``sm_90a`` code only on sm_90."""
     cc = _cc(chip)
-    cubins = [c for c in spec.cubin if _cc(c) // 10 == cc // 10 and _cc(c) <= cc]
+    cubins = [c for c in spec.cubin if _cc(c) // 10 == cc // 10 and _runs_on(c, cc)]
     if cubins:
         return "cubin", spec.cubin[max(cubins, key=_cc)]
-    usable = sorted((c for c in spec.ptx if _cc(c) <= cc), key=_cc)
+    usable = sorted((c for c in spec.ptx if _runs_on(c, cc)), key=_cc)
     if not usable:
         raise OpfuseError(
             f"kernel {spec.name}: no PTX or cubin for {chip} " f"(have {sorted(spec.ptx)})"
@@ -110,7 +119,7 @@ class CudaProgram:
             mod = self.drv.load(image, kind, spec.name)
             self.code[spec.name] = kind
         except OpfuseError as e:
-            ptx = [c for c in spec.ptx if _cc(c) <= _cc(self.chip)]
+            ptx = [c for c in spec.ptx if _runs_on(c, _cc(self.chip))]
             if kind != "cubin" or not ptx:
                 raise OpfuseError(f"kernel {spec.name}: {e}") from None
             mod = self.drv.load(spec.ptx[max(ptx, key=_cc)].encode(), "ptx", spec.name)

@@ -1,0 +1,155 @@
+"""The warpgroup-MMA matmul emitter (codegen/matmul_wgmma.py on codegen/wgmma.py), emulated.
+
+``matmul=wgmma`` with every target ``sm_90a``. The cases are test_codegen_mma.py's (they
+pick the shared staging's branches: operands stored along K or along M/N, so wgmma with
+and without ``imm-trans``; M, N, K tails; 8-byte copies; evaluator staging; an odd N;
+batches; transposed stores), plus G1/G6/G7 at 1/8 size (output and horizontal kernels,
+SwiGLU's pair), compiled to kernels, run by the emulator (race check on: no accumulator
+read before its wait_group, no operand overwritten while a wgmma may read it, every
+generic write fenced for the async proxy) and compared with numpy within
+test_codegen_mma.py's tolerances (f16 1e-2, bf16 3e-2 of max(1, max |reference|)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opfuse.builder import Graph
+from opfuse.codegen import matmul_wgmma, wgmma
+from opfuse.codegen.gpu import compile_module
+from opfuse.codegen.options import CodegenOptions
+from opfuse.codegen.ptxas import find_ptxas
+from opfuse.errors import OpfuseError
+from opfuse.frontends.graphs import graphs
+
+from test_codegen_common import compile_cpu
+from test_codegen_mma import CASES, TOL, emulated, linear, two_linears
+
+WGMMA = {"targets": ("sm_90a",), "matmul": "wgmma"}
+
+
+def check(g: Graph, **options):
+    program, emu, got, want = emulated(g, **{**WGMMA, **options})
+    for x, w in zip(got, want):
+        assert not np.isnan(x).any()
+        np.testing.assert_allclose(x, w, rtol=0, atol=TOL[g.dtype] * max(1.0, float(np.abs(w).max())))
+    return program, emu
+
+
+@pytest.mark.parametrize("build", CASES, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_emulated_wgmma_matches_numpy(build, dtype):
+    g = Graph(build.__name__, dtype=dtype)
+    build(g)
+    program, emu = check(g)
+    assert [k.emitter for k in program.kernels.values() if k.name.endswith("_output")] == ["wgmma"]
+    assert emu.stats.wgmma > 0 and emu.stats.ldmatrix_matrices == 0 and emu.stats.mma == 0
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", ["g1_mlp", "g6_encoder_layer", "g7_rmsnorm_swiglu"])
+def test_emulated_graphs(name, dtype):
+    program, emu = check(graphs(small=True, dtype=dtype)[name])
+    emitters = {k.name.rsplit("_", 1)[-1]: k.emitter for k in program.kernels.values()}
+    assert emitters.get("output") == "wgmma"
+    if name != "g1_mlp":
+        assert emitters["horizontal"] == "horizontal_wgmma"
+    assert not program.notes
+
+
+def test_mode_per_kernel_and_targets():
+    """``wgmma`` per kernel next to ``mma``; without sm_90a targets the wgmma emitter
+    declines with a note and the kernel is mma.sync; auto never picks it."""
+    g = Graph("two", dtype="bf16")
+    two_linears(g)
+    names = sorted(compile_module(compile_cpu(g)._source, lower=False).kernels)
+    program, _ = check(g, matmul=f"{names[0]}=wgmma,mma")
+    assert [program.kernels[n].emitter for n in names] == ["wgmma", "mma"]
+    program = compile_module(compile_cpu(g)._source, lower=False, targets=("sm_90",), matmul="wgmma")
+    assert {k.emitter for k in program.kernels.values()} == {"mma"}
+    assert all("wgmma runs on sm_90a only" in n for n in program.notes) and program.notes
+    program = compile_module(compile_cpu(g)._source, lower=False, targets=("sm_90a",))
+    assert {k.emitter for k in program.kernels.values()} == {"mma"}
+    assert CodegenOptions("wgmma", targets=("sm_90a",)).wgmma_targets
+    assert not CodegenOptions("wgmma", targets=("sm_80", "sm_90a")).wgmma_targets
+    f32 = Graph("f32")
+    linear(f32)
+    program = compile_module(compile_cpu(f32)._source, lower=False, **WGMMA, allow_tf32=True)
+    assert {k.emitter for k in program.kernels.values()} == {"mma"}  # TF32 stays mma.sync
+
+
+def _break(monkeypatch, name, replacement):
+    monkeypatch.setattr(matmul_wgmma.wgmma.Warpgroup, name, replacement)
+
+
+def test_the_race_check_covers_the_pipeline(monkeypatch):
+    """Break the protocol and the emulator must say so."""
+    g = Graph("deep_k", dtype="bf16")
+    x, w = g.input("x", (64, 160)), g.input("w", (160, 64))
+    g.output(g.matmul(x, w))
+    real_wait = wgmma.Warpgroup.wait
+    # no wait for the group of the slab about to be refilled: a wgmma may still read it
+    _break(monkeypatch, "wait", lambda self, n: real_wait(self, n + 1) if n else real_wait(self, 0))
+    with pytest.raises(OpfuseError, match="still being read by a wgmma|before a wgmma.wait_group"):
+        emulated(g, **WGMMA)
+    _break(monkeypatch, "wait", real_wait)
+    # no fence.proxy.async after the copies land
+    monkeypatch.setattr(matmul_wgmma.wgmma, "proxy_fence", lambda kb: None)
+    with pytest.raises(OpfuseError, match="without a fence.proxy.async"):
+        emulated(g, **WGMMA)
+    monkeypatch.undo()
+    _break(monkeypatch, "fence", lambda self: None)
+    with pytest.raises(OpfuseError, match="without a wgmma.fence"):
+        emulated(g, **WGMMA)
+
+
+def test_core_layout_and_descriptor_fields():
+    """The emitter's slab layout against the ISA's canonical offsets (element (r, k) of a
+    K-major operand at byte ``(r%8)*16 + (r//8)*SBO + (k%8)*2 + (k//8)*LBO``, of an
+    M/N-major one at ``(r%8)*2 + (r//8)*SBO + (k%8)*16 + (k//8)*LBO``), and the
+    descriptor's bit fields."""
+    for k_major in (True, False):
+        lay = wgmma.CoreLayout(64, 32, k_major)
+        seen = set()
+        for r in range(64):
+            for k in range(16):
+                canon = ((r % 8) * 16 + (k % 8) * 2) if k_major else ((r % 8) * 2 + (k % 8) * 16)
+                canon += (r // 8) * lay.sbo + (k // 8) * lay.lbo
+                for k0 in (0, 16):  # the second k-step starts at element offset(0, 16)
+                    assert 2 * lay.offset(r, k + k0) == 2 * lay.offset(0, k0) + canon
+                seen.add(lay.offset(r, k))
+        assert len(seen) == 64 * 16
+    d = wgmma.encode(0x1230, 128, 2048)
+    assert d & 0x3FFF == 0x123 and (d >> 16) & 0x3FFF == 8 and (d >> 32) & 0x3FFF == 128
+    assert d >> 46 == 0  # base offset 0, swizzle none
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_ptx_has_wgmma_and_cp_async_and_no_spills(dtype):
+    g = Graph("linear", dtype=dtype)
+    linear(g)
+    program = compile_module(compile_cpu(g)._source, ptxas=True, **WGMMA)
+    (k,) = program.kernels.values()
+    ptx = k.ptx["sm_90a"]
+    assert ".target sm_90a" in ptx
+    assert f"wgmma.mma_async.sync.aligned.m64n{k.meta['tile'][1]}k16.f32.{dtype}.{dtype}" in ptx
+    assert "wgmma.fence.sync.aligned" in ptx and "wgmma.commit_group.sync.aligned" in ptx
+    assert "wgmma.wait_group.sync.aligned" in ptx and "fence.proxy.async.shared::cta" in ptx
+    assert "cp.async.cg.shared.global" in ptx and "ldmatrix" not in ptx
+    res = k.resources["sm_90a"]
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0, res
+    assert k.meta["instruction"] == "wgmma"
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+@pytest.mark.parametrize("name", ["g6_encoder_layer", "g7_rmsnorm_swiglu"])
+def test_full_size_kernels_without_spills(name):
+    program = compile_module(compile_cpu(graphs(dtype="bf16")[name])._source, ptxas=True, **WGMMA)
+    ks = [k for k in program.kernels.values() if "wgmma" in k.emitter]
+    assert {k.emitter for k in ks} == {"wgmma", "horizontal_wgmma"}
+    for k in ks:
+        assert "wgmma.mma_async" in k.ptx["sm_90a"] and "cp.async" in k.ptx["sm_90a"]
+        res = k.resources["sm_90a"]
+        assert res["spill_stores"] == 0 and res["spill_loads"] == 0, (k.name, res)
