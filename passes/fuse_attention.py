@@ -283,10 +283,13 @@ def _numel(shape) -> int:
 
 
 def _epilogue_op(node) -> bool:
-    """A reshape of the result, or a pointwise op on it: the output cast that the unit-dim
-    fold leaves behind a collapse_shape (``1x3x64`` P·V, collapsed, rounded to bf16), which
-    the epilogue pass could not reach through the reshape."""
-    return node.op.name in _RESHAPES or node.kind == OpKind.ELEMENTWISE
+    """A reshape or a transpose of the result, or a pointwise op on it: the output cast
+    that the unit-dim fold leaves behind a collapse_shape (``1x3x64`` P·V, collapsed,
+    rounded to bf16), which the epilogue pass could not reach through the reshape, and
+    the heads merged back after that cast (``O.transpose(1, 2)``, a transpose the
+    epilogue pass does not take): the kernels write O in the merged order."""
+    return (node.op.name in _RESHAPES or node.op.name == "linalg.transpose"
+            or node.kind == OpKind.ELEMENTWISE)
 
 
 def _downstream(graph: FuncGraph, start: int, within: set[int]) -> set[int]:

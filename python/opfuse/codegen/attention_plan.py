@@ -65,16 +65,82 @@ def plan(group: Group) -> Plan:
     o_shape = shape_of(o.type)
     outputs = []
     for out in group.outputs:
-        out_idx = _unit_reshaped(o_idx, o_shape, tuple(out.shape), ctx)
-        require(out_idx is not None, f"an output of shape {out.shape} in attention")
-        # read at P·V's own index, the output must read P·V there and nothing else
-        reads = reductions_read(out.value, out_idx, generic_twin, att.n_dims)
-        require(
-            bool(reads) and all(v == o and _same(i, o_idx, o_shape) for v, i in reads),
-            "an attention output that is not P·V's result read pointwise",
-        )
+        out_shape = tuple(out.shape)
+
+        def reads_pv_at(out_idx: Index | None) -> bool:
+            # read at out_idx, the output must read P·V at its own index and nothing else
+            if out_idx is None:
+                return False
+            reads = reductions_read(out.value, out_idx, generic_twin, att.n_dims)
+            return bool(reads) and all(v == o and _same(i, o_idx, o_shape) for v, i in reads)
+
+        out_idx = _unit_reshaped(o_idx, o_shape, out_shape, ctx)
+        if not reads_pv_at(out_idx):
+            # (checked by construction: affine exprs do not simplify b * 8 + h with
+            # b = m floordiv 8 and h = m mod 8 back to m, so reads_pv_at cannot tell)
+            out_idx = _inverted(out, o, o_idx, o_shape, ctx)
+            require(out_idx is not None,
+                    "an attention output that is not P·V's result read pointwise, "
+                    "with its dims reordered, split or merged")
         outputs.append((out, out_idx))
     return Plan(group, att, outputs)
+
+
+def _inverted(out: Output, o: ir.Value, o_idx: Index, o_shape: tuple, ctx) -> Index | None:
+    """Where ``out`` holds P·V's element at ``o_idx`` when it is P·V's result with its
+    dims reordered, split or merged (the heads merged back, ``O.transpose(1, 2)`` on a
+    batch x heads P·V, which every multi-head attention does before its output
+    projection): read ``out`` at its own dims, each P·V index must be a mixed-radix
+    number of output dims (``b * H + h``), every output dim in exactly one of them; the
+    output's dims are then ``o_idx``'s digits. None for any other output."""
+    rank = len(out.shape)
+    own = tuple(ir.AffineDimExpr.get(j, ctx) for j in range(rank))
+    reads = reductions_read(out.value, own, generic_twin, rank)
+    if not reads or any(v != o or list(map(str, i)) != list(map(str, reads[0][1]))
+                        for v, i in reads):
+        return None
+    pv_idx = reads[0][1]
+    zero = ir.AffineConstantExpr.get(0, ctx)
+    digits: list = [zero] * rank
+    seen = set()
+    for e, pos, size in zip(pv_idx, o_idx, o_shape):
+        terms = _linear_terms(e.maybe_downcast())
+        if terms is None:
+            return None
+        radix = 1
+        for j, coeff in sorted(terms.items(), key=lambda t: t[1]):
+            if coeff != radix or j in seen:
+                return None
+            seen.add(j)
+            digit = pos if radix == 1 else ir.AffineExpr.get_floor_div(pos, radix)
+            radix *= out.shape[j]
+            digits[j] = digit if radix >= size else ir.AffineExpr.get_mod(digit, out.shape[j])
+        if radix != size and size != 1:
+            return None
+    if any(out.shape[j] != 1 for j in range(rank) if j not in seen):
+        return None
+    return tuple(d.maybe_downcast() if hasattr(d, "maybe_downcast") else d for d in digits)
+
+
+def _linear_terms(e: ir.AffineExpr) -> dict[int, int] | None:
+    """``e`` as ``{dim: coefficient}`` when it is a sum of dims times positive constants
+    (``d0 * 8 + d2``); None for anything else (constants, floordiv, mod)."""
+    if isinstance(e, ir.AffineDimExpr):
+        return {e.position: 1}
+    if isinstance(e, ir.AffineAddExpr):
+        a, b = _linear_terms(e.lhs.maybe_downcast()), _linear_terms(e.rhs.maybe_downcast())
+        if a is None or b is None or set(a) & set(b):
+            return None
+        return {**a, **b}
+    if isinstance(e, ir.AffineMulExpr):
+        lhs, rhs = e.lhs.maybe_downcast(), e.rhs.maybe_downcast()
+        if isinstance(lhs, ir.AffineConstantExpr):
+            lhs, rhs = rhs, lhs
+        inner = _linear_terms(lhs)
+        if inner is None or not isinstance(rhs, ir.AffineConstantExpr) or rhs.value <= 0:
+            return None
+        return {j: c * rhs.value for j, c in inner.items()}
+    return None
 
 
 def _unit_reshaped(idx: Index, shape: tuple, out_shape: tuple, ctx) -> Index | None:

@@ -69,13 +69,17 @@ def lower_attention_kernels(module: ir.Module, threads: int = 1) -> int:
         attrs = fn.attributes
         if "opfuse.kind" not in attrs or ir.StringAttr(attrs["opfuse.kind"]).value != "attention":
             continue
+        name = ir.StringAttr(attrs["sym_name"]).value
         try:
             group = prepare(fn)
             p = plan(group)
-        except Unsupported:
+        except Unsupported as e:
+            # correct (the ops' own loops), but the scores go through memory: several
+            # times slower than the kernel, so the user hears of it
+            warnings.warn(f"opfuse: attention kernel @{name} runs as its ops' loops on the "
+                          f"cpu (scores in memory, slow): {e}", stacklevel=2)
             continue
         t = tiles.tiling(p, threads)
-        name = ir.StringAttr(attrs["sym_name"]).value
         if t.bytes_per_thread <= tiles.WORKSPACE_LIMIT:
             texts.update(tiles.helper_texts(p))
             _rewrite(fn, group, lambda kb: tiles.Tiles(kb, group, p, t).emit())
