@@ -8,10 +8,11 @@ the fusion report's FLOPs and bytes) and estimated with
 :func:`opfuse.codegen.estimate.matmul_kernel` or :func:`~opfuse.codegen.estimate.attention_kernel`:
 blocks per SM, occupancy, waves, compute and memory time, and the roofline of the problem
 (FLOPs at the dense tensor peak for bf16, at the FFMA peak for f32; bytes at HBM
-bandwidth). Both variants of each kernel are estimated: the default (bf16: tensor cores;
-f32: SIMT) and the other one (bf16: ``matmul=simt``; f32: TF32 tensor cores, for matmuls
-only: attention has no TF32 kernel), so the gap between them, and to the roofline, shows
-without a GPU. Every figure is an **estimate**
+bandwidth). Every variant of each kernel is estimated: the default (bf16: tensor cores,
+``mma.sync``; f32: SIMT) and the others (bf16: ``matmul=simt``, and ``matmul=wgmma``
+compiled for sm_90a, the warpgroup MMA at the dense tensor peak; f32: TF32 tensor cores,
+for matmuls only: attention has no TF32 kernel, nor a wgmma one), so the gap between them,
+and to the roofline, shows without a GPU. Every figure is an **estimate**
 (the model is in codegen/estimate.py); tools/gpu-check measures the same kernels on a GPU.
 
 Beside them, ``triton``: the same work as Triton kernels compiled for sm_90 and sm_80
@@ -31,15 +32,23 @@ from opfuse.frontends.graphs import graphs
 GRAPHS = ("g1_mlp", "g5_attention", "g6_encoder_layer", "g7_rmsnorm_swiglu")
 DTYPES = ("bf16", "f32")
 CHIP = "sm_90"
+#: The chip of the wgmma variant (sm_90's architecture-specific instructions).
+WGMMA_CHIP = "sm_90a"
 #: (variant name, compile_module options) per dtype: the default first
 VARIANTS = {
-    "bf16": (("mma", {}), ("simt", {"matmul": "simt"})),
-    "f16": (("mma", {}), ("simt", {"matmul": "simt"})),
+    "bf16": (("mma", {}), ("simt", {"matmul": "simt"}), ("wgmma", {"matmul": "wgmma"})),
+    "f16": (("mma", {}), ("simt", {"matmul": "simt"}), ("wgmma", {"matmul": "wgmma"})),
     "f32": (("simt", {}), ("tf32", {"allow_tf32": True})),
 }
+
+
+def chip_of(options: dict) -> str:
+    """The chip a variant is compiled for."""
+    return WGMMA_CHIP if options.get("matmul") == "wgmma" else CHIP
 METHOD = (
     "estimate, not a measurement: the busiest SM's share of the device peak (mma.sync for "
-    "tensor-core kernels, FFMA otherwise) for the FLOPs the kernel executes (tiles padded), "
+    "tensor-core kernels, the dense tensor peak for wgmma ones, FFMA otherwise) for the FLOPs "
+    "the kernel executes (tiles padded), "
     "against HBM bytes and L2 tile traffic; occupancy from ptxas registers and shared memory "
     "(codegen/estimate.py); roofline: max(FLOPs / dense peak of the operand type, bytes / "
     "HBM bandwidth); attention kernels add their exponentials at the SFU rate and skip the "
@@ -63,8 +72,9 @@ def run(names=GRAPHS, dtypes=DTYPES, scale: int = 1, log=print,
             report = {k["name"]: k for k in exe.report.get("kernels", [])}
             default_emitters: dict[str, str] = {}
             for variant, options in VARIANTS[dtype]:
+                chip = chip_of(options)
                 program = compile_module(
-                    exe._source, targets=(CHIP,), ptxas=have_ptxas, **options
+                    exe._source, targets=(chip,), ptxas=have_ptxas, **options
                 )
                 for k in program.kernels.values():
                     estimated = estimate.for_emitter(k.emitter)
@@ -73,8 +83,8 @@ def run(names=GRAPHS, dtypes=DTYPES, scale: int = 1, log=print,
                     if variant == VARIANTS[dtype][0][0]:
                         default_emitters[k.name] = k.emitter
                     elif default_emitters.get(k.name) == k.emitter:
-                        continue  # the other variant built the same kernel (f32 attention)
-                    res = k.resources.get(CHIP, {})
+                        continue  # another variant built the same kernel (f32, wgmma: attention)
+                    res = k.resources.get(chip, {})
                     r = report.get(k.name, {})
                     est = estimated(
                         dev,
@@ -196,19 +206,22 @@ def readme_totals(section: dict[str, Any]) -> list[str]:
 
 
 def readme_table(section: dict[str, Any]) -> list[str]:
-    """The README's table: the default variant of each kernel, the other variant's estimate
-    beside it (bf16: SIMT; f32: TF32), and the roofline."""
-    other = {(r["graph"], r["dtype"], r["kernel"]): r for r in section["kernels"] if not r["default"]}
+    """The README's table: the default variant of each kernel, the other variants'
+    estimates beside it (bf16: SIMT, wgmma; f32: TF32), and the roofline."""
+    other: dict[tuple, list] = {}
+    for r in section["kernels"]:
+        if not r["default"]:
+            other.setdefault((r["graph"], r["dtype"], r["kernel"]), []).append(r)
     lines = [
         "| graph | dtype | kernel | tile | grid | blocks/SM | occupancy | GFLOP | MB "
-        "| estimate µs | other variant µs | roofline µs |",
+        "| estimate µs | other variants µs | roofline µs |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in section["kernels"]:
         if not r["default"]:
             continue
-        o = other.get((r["graph"], r["dtype"], r["kernel"]))
-        alt = f"{o['estimate_s'] * 1e6:.1f} ({o['variant']})" if o else "-"
+        os_ = other.get((r["graph"], r["dtype"], r["kernel"]), [])
+        alt = ", ".join(f"{o['estimate_s'] * 1e6:.1f} ({o['variant']})" for o in os_) or "-"
         tile = "×".join(map(str, r["tile"])) if r.get("tile") else "-"
         lines.append(
             f"| {r['graph']} | {r['dtype']} | {r['kernel']} ({r['variant']}) | {tile} "

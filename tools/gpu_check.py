@@ -5,8 +5,9 @@ Two steps, because the GPU machine has no MLIR and no network:
   here (with the compiler):   tools/gpu-check prepare .gpu-check
       builds AOT bundles (PTX and cubins for sm_90, the CPU library) of the G graphs at
       benchmark size: G1-G8 in f32, the matmul graphs (G1, G5, G6, G7) in bf16 and f16;
-      per graph the fused program, the unfused one, and the other matmul variant
-      (bf16/f16: SIMT, ``matmul=simt``; f32: TF32 tensor cores, ``allow_tf32``); G6 and G7
+      per graph the fused program, the unfused one, and the other matmul variants
+      (bf16/f16: SIMT, ``matmul=simt``, and warpgroup MMA, ``matmul=wgmma``, built for
+      sm_90a; f32: TF32 tensor cores, ``allow_tf32``); G6 and G7
       also at 1/8 size for the CPU reference; G5 also the attention section's cases
       (tools/gpu_check_attention.py). inputs.json says how to make every input.
       PyCUDA's sdist goes into .gpu-check/wheels (``--no-pycuda`` skips it).
@@ -23,8 +24,8 @@ Two steps, because the GPU machine has no MLIR and no network:
         * per fused kernel: hot and cold time, GB/s, TFLOP/s, their fractions of the
           device's measured peaks (a D2D copy; cuBLAS through torch for FLOP/s), the H200
           estimate (codegen/estimate.py) for matmul kernels;
-        * the other matmul variant: same results, per-kernel times side by side (SIMT vs
-          MMA);
+        * the other matmul variants: same results, per-kernel times side by side (SIMT
+          vs mma.sync vs wgmma);
         * G5: opfuse's attention kernels (tensor-core and SIMT) against torch's
           scaled_dot_product_attention on the same inputs, causal or not, head dims 64
           and 128, grouped-query heads: correctness against float64, hot and cold times,

@@ -24,6 +24,8 @@ ALL_GRAPHS = (
 MATMUL_GRAPHS = ("g1_mlp", "g5_attention", "g6_encoder_layer", "g7_rmsnorm_swiglu")
 SMALL_REFERENCE = ("g6_encoder_layer", "g7_rmsnorm_swiglu")  # slow on the CPU at full size
 BANDWIDTH = ("g2_elementwise_chain", "g3_softmax", "g4_layernorm", "g8_x_minus_mean")
+#: The wgmma variant's targets (whatever the run's --targets: wgmma is sm_90a code).
+WGMMA_TARGETS = ("sm_90a",)
 
 # ----- the plan -----------------------------------------------------------------------------
 def default_plan() -> list[dict]:
@@ -32,8 +34,12 @@ def default_plan() -> list[dict]:
     for dtype, names in (("bf16", MATMUL_GRAPHS), ("f16", MATMUL_GRAPHS), ("f32", ALL_GRAPHS)):
         for name in names:
             variants: dict = {}
-            if name in MATMUL_GRAPHS:
-                variants = {"tf32": {"allow_tf32": True}} if dtype == "f32" else {"simt": {"matmul": "simt"}}
+            if name in MATMUL_GRAPHS and dtype == "f32":
+                variants = {"tf32": {"allow_tf32": True}}
+            elif name in MATMUL_GRAPHS:
+                # SIMT, and the warpgroup MMA (sm_90a code: it runs on sm_90 devices only)
+                variants = {"simt": {"matmul": "simt"},
+                            "wgmma": {"matmul": "wgmma", "targets": list(WGMMA_TARGETS)}}
             out.append({"key": f"{name}.{dtype}", "graph": name, "dtype": dtype, "variants": variants})
     return out
 
@@ -69,7 +75,8 @@ def prepare(
         unfused.save_bundle(folder / files["unfused"], targets=targets)
         for variant, options in e["variants"].items():
             files[variant] = f"{key}.{variant}.opfuse"
-            fused.save_bundle(folder / files[variant], targets=targets, **options)
+            options = dict(options)
+            fused.save_bundle(folder / files[variant], targets=options.pop("targets", targets), **options)
         entry = {**e, "inputs": _describe(g), "bundles": files, "reference": "full"}
         for sname in SECTIONS:  # other modules' parts of the plan (gpu_check_graph.SECTIONS)
             mod = section(sname)

@@ -121,11 +121,12 @@ def test_quick_run_estimates_the_matmul_kernels(quick_run: Path) -> None:
     section = doc["gpu_estimate"]
     assert section["method"].startswith("estimate, not a measurement")
     rows = section["kernels"]
-    assert {r["variant"] for r in rows} == {"mma", "simt"}
+    assert {r["variant"] for r in rows} == {"mma", "simt", "wgmma"}
     for r in rows:
         assert r["estimate_s"] >= r["roofline_s"] > 0 and 0 < r["occupancy"] <= 1
         assert r["blocks_per_sm"] >= 1 and r["flops"] > 0 and r["bytes"] > 0
     assert {(r["variant"], r["emitter"]) for r in rows} == {
-        ("mma", "mma"), ("mma", "attention_mma"), ("simt", "matmul"), ("simt", "attention")}
+        ("mma", "mma"), ("mma", "attention_mma"), ("simt", "matmul"), ("simt", "attention"),
+        ("wgmma", "wgmma")}  # attention has no wgmma kernel: its mma row stands
     table = (quick_run / "bench.md").read_text()
     assert "## GPU matmul and attention kernels (estimates)" in table and "**estimates**" in table

@@ -153,3 +153,19 @@ def test_full_size_kernels_without_spills(name):
         assert "wgmma.mma_async" in k.ptx["sm_90a"] and "cp.async" in k.ptx["sm_90a"]
         res = k.resources["sm_90a"]
         assert res["spill_stores"] == 0 and res["spill_loads"] == 0, (k.name, res)
+
+
+def test_estimate_prices_wgmma_at_the_dense_peak():
+    """wgmma kernels at the dense tensor peak, kept busy by one warpgroup; mma.sync ones at
+    their own rate with eight warps."""
+    from opfuse.codegen import estimate
+
+    dev = estimate.H200
+    args = dict(grid=(4 * dev.sms, 1, 1), registers=96, smem=49152, flops=1e12, bytes_=1e6, kind="bf16")
+    mma = estimate.kernel_estimate(dev, threads=256, **args)
+    wg = estimate.kernel_estimate(dev, threads=256, instruction="wgmma", **args)
+    assert (mma["peak_flops_used"], wg["peak_flops_used"]) == (dev.mma_sync_flops["bf16"], dev.tensor_flops["bf16"])
+    assert wg["compute_s"] == pytest.approx(mma["compute_s"] * dev.mma_sync_flops["bf16"] / dev.tensor_flops["bf16"])
+    one = dict(args, grid=(dev.sms, 1, 1))  # one block of one warpgroup per SM
+    assert estimate.kernel_estimate(dev, threads=128, instruction="wgmma", **one)["pipe_busy"] == 1.0
+    assert estimate.kernel_estimate(dev, threads=128, **one)["pipe_busy"] == 0.5

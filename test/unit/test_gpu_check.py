@@ -3,7 +3,7 @@
 What can go wrong before a kernel runs (finding the CUDA toolkit and a driver library to
 link PyCUDA against, a machine with no binding, no prepared folder) must end in a JSON
 that says so, never in a lost run. Then the check itself, on bundles prepared here (G1 in
-bf16 with its SIMT variant, G3 in f32, at 1/16 size): its dry run (the CPU library stands
+bf16 with its SIMT and wgmma variants, G3 in f32, at 1/16 size): its dry run (the CPU library stands
 in for the GPU), and a stubbed driver (test/unit/gpu_check_stub.py: host memory, kernels
 run by the bundle's CPU library, every driver call logged) that shows what is measured
 and how: parameters packed once per bound program, many launches between one pair of
@@ -86,6 +86,13 @@ def prepared(tmp_path_factory) -> Path:
     spec = json.loads((folder / "inputs.json").read_text())
     keys = [e["key"] for e in spec["entries"]]
     assert keys == ["g1_mlp.bf16", "g1_mlp.f32", "g3_softmax.f32"]
+    g1 = spec["entries"][0]
+    assert set(g1["variants"]) == {"simt", "wgmma"}
+    from opfuse.runtime import bundle
+
+    wg = bundle.load(folder / g1["bundles"]["wgmma"]).kernels
+    assert {k.emitter for k in wg.values()} == {"wgmma"}
+    assert all(set(k.ptx) == {"sm_90a"} and "wgmma.mma_async" in k.ptx["sm_90a"] for k in wg.values())
     # keep the test quick: G1 in f32 is the same code path as G3
     spec["entries"] = [e for e in spec["entries"] if e["key"] != "g1_mlp.f32"]
     (folder / "inputs.json").write_text(json.dumps(spec))
@@ -151,6 +158,11 @@ def test_stubbed_driver_measures_kernels_not_python(prepared, tmp_path):
     simt = g1["variants"]["simt"]
     assert simt["same_results"]["ok"]
     assert [(s["kernel"], "mma_us" in s, "matmul_us" in s) for s in simt["side_by_side"]] == [
+        ("fusion_0_output", True, True), ("fusion_1_output", True, True)]
+    # the warpgroup-MMA variant: sm_90a code only, timed beside mma.sync
+    wg = g1["variants"]["wgmma"]
+    assert wg["same_results"]["ok"]
+    assert [(s["kernel"], "mma_us" in s, "wgmma_us" in s) for s in wg["side_by_side"]] == [
         ("fusion_0_output", True, True), ("fusion_1_output", True, True)]
     log = logs["g1_mlp.bf16"]
     # parameters are packed once per bound program, launches are many

@@ -8,7 +8,7 @@ estimate is the larger of
   peak (tensor-core ``mma.sync`` for MMA kernels, the dense tensor peak for ``wgmma``
   kernels, FFMA otherwise) bounds how fast, scaled down when fewer warps are resident on
   the SM than it takes to keep the pipes busy (assumed: 8 warps for mma.sync, two per
-  scheduler; two warpgroups for wgmma; 16 for FFMA);
+  scheduler; one warpgroup for wgmma; 16 for FFMA);
 * memory: the kernel's device-memory bytes at the device's bandwidth, and the bytes its
   blocks read from L2 (a matmul's operand tiles, each read by every block of its row or
   column of the grid) at the L2's (an assumed 2x the DRAM bandwidth);
@@ -64,9 +64,9 @@ class Device:
     #: resident warps per SM that keep the mma.sync / FFMA pipes busy (an assumption)
     busy_warps_mma: int = 8
     busy_warps_ffma: int = 16
-    #: ... and the wgmma pipe: two warpgroups (one issuing while the other's epilogue or
-    #: wait runs, as CUTLASS's ping-pong kernels do; an assumption too)
-    busy_warps_wgmma: int = 8
+    #: ... and the wgmma pipe: one warpgroup (its asynchronous groups keep the tensor
+    #: cores fed; the assumption bench/peers/triton_peer.py's estimate_wgmma_s makes too)
+    busy_warps_wgmma: int = 4
     regs_per_sm: int = 65536
     max_threads_per_sm: int = 2048
     max_blocks_per_sm: int = 32
