@@ -45,21 +45,26 @@ class Case:
         """The G graph's example inputs, else uniform [-1, 1) per the signature."""
         if self.graph is not None:
             return list(example_inputs(self.graph).values())
-        rng = np.random.default_rng(0)
-        arrays = []
-        for spec in signature.inputs:
-            values = rng.uniform(-1, 1, spec.shape)
-            if spec.element_type == "bf16":
-                arrays.append(float32_to_bf16_bits(values.astype(np.float32)))
-            elif spec.dtype.kind == "i":
-                arrays.append(rng.integers(-8, 8, spec.shape).astype(spec.dtype))
-            else:
-                arrays.append(values.astype(spec.dtype))
-        return arrays
+        return uniform_inputs(signature)
 
     def reference(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:
         """The builder's float64-then-rounded reference, or None for a file."""
         return None if self.graph is None else self.graph.reference(*arrays)
+
+
+def uniform_inputs(signature: Signature) -> list[np.ndarray]:
+    """Seeded inputs per the signature: uniform [-1, 1) floats, integers in [-8, 8)."""
+    rng = np.random.default_rng(0)
+    arrays = []
+    for spec in signature.inputs:
+        values = rng.uniform(-1, 1, spec.shape)
+        if spec.element_type == "bf16":
+            arrays.append(float32_to_bf16_bits(values.astype(np.float32)))
+        elif spec.dtype.kind == "i":
+            arrays.append(rng.integers(-8, 8, spec.shape).astype(spec.dtype))
+        else:
+            arrays.append(values.astype(spec.dtype))
+    return arrays
 
 
 def resolve_names(selection: str | None) -> list[str]:

@@ -25,7 +25,8 @@ import opfuse
 from opfuse.errors import OpfuseError
 
 from . import SCHEMA_ID, compile_time, measure, scaling
-from .cases import Case
+from .cases import Case, uniform_inputs
+from .contractions import contractions_alone
 from .peers import PEERS, Peer, Prepared, not_available, version_of
 
 #: A result matches when max|out - ref| <= TOLERANCE * max(1, max|ref|) (f32 throughout;
@@ -37,6 +38,10 @@ TARGETS = {"g2_speedup_min": 2.0, "planning_largest_s_max": 2.0, "planning_expon
 
 #: Issue 13's targets for opfuse fused / IREE on one thread over the G graphs.
 IREE_TARGETS = {"geomean": 1.0, "worst": 1.5}
+
+#: Issue 13's fusion-win target: fused at least this much faster than unfused on these.
+FUSION_WIN = {"min": 1.5, "graphs": ("g2_elementwise_chain", "g3_softmax", "g4_layernorm",
+                                     "g6_encoder_layer")}
 
 _TINY = """func.func @warmup(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<4x4xf32> {
   %e = tensor.empty() : tensor<4x4xf32>
@@ -146,7 +151,7 @@ def bench_case(case: Case, peers: dict[str, Peer], settings: Settings) -> dict[s
         "flops": {"before": totals["before"]["flops"], "after": totals["after"]["flops"]},
         "correctness": _correctness(outputs, prepared, reference),
     }
-    entry["time"] = _timing(fused, unfused, arrays, prepared, settings)
+    entry["time"] = _timing(fused, unfused, arrays, prepared, settings, _alone(case, settings))
     compile_figures["peers"] = {
         name: (p.compile_s if isinstance(p, Prepared) else p)
         for name, p in prepared.items() if name in ("torch_compile", "jax_jit", "iree_st")
@@ -221,11 +226,25 @@ def _correctness(outputs: dict, prepared: dict, reference) -> dict[str, Any]:
     return result
 
 
-def _timing(fused, unfused, arrays, prepared, settings: Settings) -> dict[str, Any]:
+def _alone(case: Case, settings: Settings) -> tuple[Any, list[np.ndarray]] | dict[str, str]:
+    """The graph's contractions alone (bench/contractions.py), compiled unfused as the
+    unfused program's contractions are, with its inputs; or why there is none."""
+    text = contractions_alone(case.text)
+    if text is None:
+        return not_available("no contraction in the graph")
+    exe = opfuse.compile(text, backend=settings.backend, fusion=False, threads=settings.threads)
+    return exe, uniform_inputs(exe.signature)
+
+
+def _timing(fused, unfused, arrays, prepared, settings: Settings,
+            alone: tuple[Any, list[np.ndarray]] | dict[str, str]) -> dict[str, Any]:
     blocks: dict[str, measure.Block] = {
         "unfused": lambda r: unfused.time(*arrays, repeat=r, warmup=0),
         "fused": lambda r: fused.time(*arrays, repeat=r, warmup=0),
     }
+    if not _na(alone):
+        exe, alone_arrays = alone
+        blocks["contractions_alone"] = lambda r: exe.time(*alone_arrays, repeat=r, warmup=0)
     for name, p in prepared.items():
         if isinstance(p, Prepared):
             blocks[name] = lambda r, run=p.run: measure.timed_calls(run, r)
@@ -236,6 +255,9 @@ def _timing(fused, unfused, arrays, prepared, settings: Settings) -> dict[str, A
         "unfused": measure.summary(samples["unfused"]),
         "fused": measure.summary(samples["fused"]),
         "speedup": measure.ratio(samples["unfused"], samples["fused"]),
+        "contractions_alone": alone if _na(alone) else {
+            **measure.summary(samples["contractions_alone"]),
+            "unfused_over": measure.ratio(samples["unfused"], samples["contractions_alone"])},
         "peers": {},
     }
     for name, p in prepared.items():
@@ -315,6 +337,7 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
         "g2_speedup": speedup,
         "g2_scale": g2["scale"] if g2 else not_available("G2 not in this run"),
         "fused_over_iree_st": _fused_over_iree(doc),
+        "fusion_win": _fusion_win(doc),
         "planning_largest_s": s["planning_largest_s"],
         "planning_largest_cpu_s": s["planning_largest_cpu_s"],
         "planning_largest_target_ops": s["largest_target_ops"],
@@ -326,6 +349,32 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
             if isinstance(c, dict)
         ),
     }
+
+
+def _fusion_win(doc: dict[str, Any]) -> dict[str, Any]:
+    """Issue 13's fusion-win target per graph of :data:`FUSION_WIN` in this run: the
+    speedup, and beside it unfused / contractions alone (about the most fusion can reach
+    with the same contraction code; bench/contractions.py)."""
+    per = {}
+    for g in doc["graphs"]:
+        if g["name"] in FUSION_WIN["graphs"] and g["source"] == "builder":
+            t = g["time"]
+            alone = t["contractions_alone"]
+            per[g["name"]] = {
+                "speedup": t["speedup"]["median"],
+                "unfused_over_contractions": (alone if _na(alone)
+                                              else alone["unfused_over"]["median"]),
+                "met": t["speedup"]["median"] >= FUSION_WIN["min"]}
+    if not per:
+        return not_available("none of its graphs in this run")
+    if doc["quick"]:
+        return not_available("--quick smoke run: sizes too small to judge")
+    return {"target_min": FUSION_WIN["min"], "per_graph": per,
+            "met": all(p["met"] for p in per.values())}
+
+
+def _na(v: Any) -> bool:
+    return isinstance(v, dict) and "not_available" in v
 
 
 def _fused_over_iree(doc: dict[str, Any]) -> dict[str, Any]:
