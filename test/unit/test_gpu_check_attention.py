@@ -35,11 +35,13 @@ KEY = "g5_attention.f16"
 NAMES = [c[0] for c in gca.CASES]
 
 
-def test_the_plan_has_every_matmul_graph_in_f16_with_its_simt_variant():
+def test_the_plan_has_every_matmul_graph_in_f16_with_its_simt_and_wgmma_variants():
     plan = {e["key"]: e for e in default_plan()}
     for g in MATMUL_GRAPHS:
         for dtype in ("bf16", "f16"):
-            assert plan[f"{g}.{dtype}"]["variants"] == {"simt": {"matmul": "simt"}}
+            assert plan[f"{g}.{dtype}"]["variants"] == {
+                "simt": {"matmul": "simt"},
+                "wgmma": {"matmul": "wgmma", "targets": ["sm_90a"]}}
     keys = list(plan)
     # the tensor-core graphs first: bf16, then f16, then f32
     assert keys.index("g7_rmsnorm_swiglu.f16") < keys.index("g1_mlp.f32")
