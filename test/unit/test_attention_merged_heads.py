@@ -119,3 +119,30 @@ def test_an_output_the_kernels_cannot_place_warns(monkeypatch):
     with pytest.warns(UserWarning, match=r"attention kernel @\w+ runs as its ops' loops"):
         got = exe(*imported.arguments(*args))  # the CPU code is made at the first call
     _check(got, model, args, torch.float32)
+
+
+@pytest.mark.parametrize("perm", [(0, 3, 1, 2), (2, 0, 1, 3)])
+def test_any_order_of_the_output_dims(perm):
+    """The value dim moved off the innermost place (the tensor-core kernel stores its
+    accumulator pairs along it) or the queries first: the CPU tiles and the tensor-core
+    kernel (emulated) against float64, bf16."""
+    from opfuse.frontends.builder import Graph
+    from opfuse.frontends.graphs import _attention
+
+    g = Graph("perm", dtype="bf16")
+    q, k, v = (g.input(n, (2, 2, 40, 16)) for n in "qkv")
+    g.output(g.transpose(_attention(g, q, k, v), perm))
+    exe = opfuse.compile(g.to_mlir(), backend="cpu")
+    assert [k["kind"] for k in exe.report["kernels"]] == ["attention"]
+    rng = np.random.default_rng(0)
+    bits = [float32_to_bf16_bits(rng.standard_normal((2, 2, 40, 16)).astype(np.float32))
+            for _ in range(3)]
+    qf, kf, vf = (bf16_bits_to_float32(b).astype(np.float64) for b in bits)
+    s = qf @ kf.transpose(0, 1, 3, 2) / 4.0
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = ((p / p.sum(-1, keepdims=True)) @ vf).transpose(perm)
+    program = compile_module(exe._source, lower=False)
+    assert [k.emitter for k in program.kernels.values()] == ["attention_mma"], program.notes
+    (gpu,) = emulate.run_program(program, bits)
+    for got in (bf16_bits_to_float32(exe(*bits)), bf16_bits_to_float32(gpu)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=TOL[torch.bfloat16] * max(1.0, np.abs(want).max()))
