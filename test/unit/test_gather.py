@@ -130,3 +130,26 @@ def test_a_moved_table_read_by_a_gather_and_another_op():
     W, I = RNG.standard_normal((4, 6)).astype(np.float32), RNG.integers(0, 8, (6, 5))
     T = W.T
     assert_everywhere(g, [W, I], [np.take_along_axis(T, I // 2, 1), T * 3.0])
+
+
+def test_only_bodies_that_use_outside_values_are_searched_for_gathers():
+    """The graph walks a generic's body for tensors it reads at data-dependent positions
+    only where the body uses a value from outside the op (``Payload.captures``): a gather's
+    does, an elementwise op's does not, and the gather is found either way."""
+    from mlir import ir
+
+    from opfuse import ir as oir
+    from opfuse.analysis.graph import FuncGraph, functions
+    from opfuse.analysis.opinfo import OpKind, info_cache
+
+    g = Graph("gather_and_add")
+    w, ids = g.input("w", (5, 4)), g.input("ids", (3,), "i64")
+    g.output(g.embedding(w, ids) + 1.0)
+    module = oir.parse_module(g.to_mlir())
+    with info_cache():
+        graph = FuncGraph(functions(module)[0])
+    gather, add = (n for n in graph.nodes if n.kind == OpKind.ELEMENTWISE)
+    assert gather.info.payload.captures and not add.info.payload.captures
+    (table,) = gather.gathers
+    assert isinstance(table, ir.BlockArgument) and table.arg_number == 0  # w
+    assert add.gathers == []

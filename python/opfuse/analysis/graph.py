@@ -86,7 +86,7 @@ class FuncGraph:
             if info.kind == OpKind.FREE and _holds_data(op):  # memory, not a kernel
                 continue
             reads = _memory_reads(op, info, free_values)
-            extracts = _gathered(op, free_values)
+            extracts = _gathered(op, info, free_values)
             gathers = list(extracts)
             gather_bytes = {v: min(value_bytes(v), n * info.points * element_bytes(v.type))
                             for v, n in extracts.items() if v not in reads}
@@ -166,11 +166,13 @@ def _memory_reads(op: ir.Operation, info: OpInfo, free_values: set[ir.Value]) ->
     return reads
 
 
-def _gathered(op: ir.Operation, free_values: set[ir.Value]) -> dict[ir.Value, int]:
+def _gathered(op: ir.Operation, info: OpInfo, free_values: set[ir.Value]) -> dict[ir.Value, int]:
     """Tensors defined outside ``op`` that ops inside its regions read (``tensor.extract``
     in a gather's body), in first-use order, with how many ops read each per point."""
     if not op.regions or op.name != "linalg.generic":
         return {}
+    if info.payload is not None and not info.payload.captures:
+        return {}  # (walking every body through the bindings was a third of planning)
     inside: set[ir.Value] = set()
     out: dict[ir.Value, int] = {}
     for region in op.regions:

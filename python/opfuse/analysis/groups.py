@@ -145,18 +145,27 @@ class Planner:
     # ----- the merge ---------------------------------------------------------------------
     def fused_q(self, p: Group, c: Group) -> tuple[int, int]:
         """(Q of the union, bytes of the intermediates it keeps on chip)."""
+        return self._fused_q(p, c, self._preview(p, c))
+
+    def _fused_q(self, p: Group, c: Group, merged: Group) -> tuple[int, int]:
+        """:meth:`fused_q` with the union's preview already made (``merged``)."""
         saved_reads = saved_writes = 0
         for v, b in p.outputs.items():
             if v in c.reads:
                 saved_reads += b
                 if self._only_read_by(v, p, c):
                     saved_writes += b
-        return self._preview(p, c, 0).q, saved_reads + saved_writes
+        return merged.q, saved_reads + saved_writes
 
     def evaluate(self, p: Group, c: Group) -> cost.Verdict:
         """Ask the guard about merging producer group ``p`` into consumer group ``c``."""
-        q_fused, q_inter = self.fused_q(p, c)
-        merged = self._preview(p, c, q_fused)
+        return self._evaluate(p, c)[0]
+
+    def _evaluate(self, p: Group, c: Group) -> tuple[cost.Verdict, Group]:
+        """:meth:`evaluate`, and the preview of the union, which a merge then applies (one
+        preview per candidate: it copies the reads and outputs of the consumer side)."""
+        merged = self._preview(p, c)
+        q_fused, q_inter = self._fused_q(p, c, merged)
         r_fused = estimate = merged.registers()
         if getattr(self.options, "measure_registers", False):
             from ..codegen.measure import group_registers  # noqa: PLC0415  (GPU codegen)
@@ -171,7 +180,7 @@ class Planner:
             ai_fused=round(cost.arithmetic_intensity(flops, q_fused), 3),
             t_saved_s=cost.t_saved(2, q_inter, self.target),
         )
-        return verdict
+        return verdict, merged
 
     def try_merge(self, p: Group, c: Group, *, why: str = "") -> bool:
         """Merge ``p`` into ``c`` if that keeps the graph acyclic and the guard agrees.
@@ -181,12 +190,12 @@ class Planner:
             self.refuse(p, c, via if via.startswith("gathers") else
                         f"would create a cycle through {via}")
             return False
-        verdict = self.evaluate(p, c)
+        verdict, merged = self._evaluate(p, c)
         step = self._fuel(verdict)
         self._record(p, c, verdict.fuse, verdict.reason, verdict.numbers, verdict.would_fuse_with, why,
                      step=step)
         if verdict.fuse:
-            self._union(p, c)
+            self._union(p, c, merged)
         return verdict.fuse
 
     def try_merge_recomputed(self, p: Group, c: Group, *, flops_fused: int, why: str = "") -> bool:
@@ -200,15 +209,16 @@ class Planner:
             self.refuse(p, c, via if via.startswith("gathers") else
                         f"would create a cycle through {via}")
             return False
-        q_fused, _ = self.fused_q(p, c)
-        r_fused = self._preview(p, c, q_fused).registers()
+        merged = self._preview(p, c)
+        q_fused, _ = self._fused_q(p, c, merged)
+        r_fused = merged.registers()
         verdict = cost.recompute_guard(r_fused, [(p.q, p.flops), (c.q, c.flops)],
                                        [(q_fused, flops_fused)], self.options)
         step = self._fuel(verdict)
         self._record(p, c, verdict.fuse, verdict.reason, verdict.numbers, verdict.would_fuse_with,
                      why, step=step)
         if verdict.fuse:
-            self._union(p, c)
+            self._union(p, c, merged)
         return verdict.fuse
 
     def merge_view(self, p: Group, c: Group, *, why: str = "") -> bool:
@@ -221,7 +231,8 @@ class Planner:
         if via is not None:
             self.refuse(p, c, f"would create a cycle through {via}")
             return False
-        q_fused, _ = self.fused_q(p, c)
+        merged = self._preview(p, c)
+        q_fused, _ = self._fused_q(p, c, merged)
         numbers = {"q_unfused": p.q + c.q, "q_fused": q_fused}
         verdict = cost.Verdict(True, f"a reshape of memory is a view: free in the consumer, "
                                      f"a {p.q} B copy as a kernel of its own", numbers)
@@ -229,7 +240,7 @@ class Planner:
         self._record(p, c, verdict.fuse, verdict.reason, numbers, verdict.would_fuse_with, why,
                      step=step)
         if verdict.fuse:
-            self._union(p, c)
+            self._union(p, c, merged)
         return verdict.fuse
 
     def try_merge_chain(self, p: Group, chain: list[Group], *, why: str = "") -> bool:
@@ -452,7 +463,7 @@ class Planner:
             return False
         return all(self.group(r) in (p, c) for r in self.graph.readers(v))
 
-    def _preview(self, p: Group, c: Group, q_fused: int) -> Group:
+    def _preview(self, p: Group, c: Group) -> Group:
         reads = dict(c.reads)
         for v, b in self._reads_for(p, c).items():
             reads[v] = _both_parts(v, b, reads[v]) if v in reads else b
@@ -480,10 +491,12 @@ class Planner:
         needed = sum(c.reads.get(v, b) for v, b in p.outputs.items())
         return {v: min(b, needed) for v, b in p.reads.items()}
 
-    def _union(self, p: Group, c: Group) -> Group:
+    def _union(self, p: Group, c: Group, merged: Group | None = None) -> Group:
+        """Merge ``p`` into ``c``; ``merged`` is their preview when the caller has it."""
         if p is c:
             return c
-        merged = self._preview(p, c, 0)
+        if merged is None:
+            merged = self._preview(p, c)
         # from p and c as they are: ``big`` is one of them and is updated below
         domain, row_domain = _merged_domain(p, c)
         big, small = (p, c) if len(p.members) >= len(c.members) else (c, p)

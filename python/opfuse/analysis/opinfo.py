@@ -115,6 +115,10 @@ class Payload:
     ops: list[tuple[str, list[int], int]]  # (op name, operand value ids, n results)
     yields: list[int]  # value ids yielded, one per output
     used_outputs: list[bool]  # whether each outs block argument is read
+    # whether the body may use a value defined outside the op (an op of it does, or has
+    # regions of its own): only then can it read a tensor at data-dependent positions
+    # (graph._gathered walks it), which most bodies never do
+    captures: bool = True
 
 
 @dataclass
@@ -420,8 +424,10 @@ def _payload(g: ir.Operation, n_in: int) -> Payload:
     for arg in block.arguments:
         ids[arg] = len(ids)
     ops, yields = [], []
+    captures = False
     for inner in block.operations:
         operand_ids = [ids.get(v, -1) for v in inner.operands]  # -1: a value from outside
+        captures = captures or -1 in operand_ids or len(inner.regions) > 0
         if inner.name == "linalg.yield":
             yields = operand_ids
             continue
@@ -437,7 +443,7 @@ def _payload(g: ir.Operation, n_in: int) -> Payload:
     for i in yields:
         if n_in <= i < n_in + n_out:
             used[i - n_in] = True
-    return Payload(n_in, n_out, ops, yields, used)
+    return Payload(n_in, n_out, ops, yields, used, captures)
 
 
 def _shape(t: ir.Type) -> list[int]:
