@@ -153,7 +153,7 @@ def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Co
         made = configure(*cls.PAIR_TILE, K, kind, a_k, b_ks[0][0],
                          estimate.device(opts.target).smem_per_block, cls.RULES)
         require(made is not None, "no tile for paired siblings fits in shared memory")
-        t = made[0] if t.bm * t.bn > 64 * 64 else t
+        t = made[0] if t.bm * t.bn > cls.PAIR_TILE[0] * cls.PAIR_TILE[1] else t
     tiles = [-(-r[0].N // t.bn) for r in ranges]
     grid = (sum(tiles), -(-M // t.bm), first.n_batch)
     require(grid[1] <= 65535 and grid[2] <= 65535, "too many tiles")
