@@ -194,3 +194,23 @@ def test_two_warpgroups(monkeypatch, build, tile):
     assert k.emitter == ("horizontal_wgmma" if build is swiglu else "wgmma")
     assert k.block == (256, 1, 1) and k.meta["tile"][:2] == list(tile)
     assert emu.stats.wgmma > 0
+
+
+def test_the_kernels_stage_runs_too():
+    """Canonicalization hoists the initial accumulator struct (``llvm.mlir.undef``) out of
+    the launch: the outliner's constant sinking clones it back in (else it would become a
+    kernel argument), and the emulator takes it at host level when it runs the ``kernels``
+    stage; both stages give the same result."""
+    from opfuse.codegen import emulate
+    from opfuse.runtime.executable import float32_to_bf16_bits
+
+    from test_codegen_common import inputs_of
+
+    g = Graph("linear", dtype="bf16")
+    linear(g)
+    program = compile_module(compile_cpu(g)._source, lower=False, **WGMMA)
+    assert "llvm.mlir.undef" in program.kernels_ir
+    args = [float32_to_bf16_bits(a) for a in inputs_of(g)]
+    (a,) = emulate.run_program(program, args)
+    (b,) = emulate.run_program(program, args, outlined=False)
+    np.testing.assert_array_equal(a, b)
