@@ -73,11 +73,20 @@ def prepare(
         files = {"fused": f"{key}.fused.opfuse", "unfused": f"{key}.unfused.opfuse"}
         fused.save_bundle(folder / files["fused"], targets=targets)
         unfused.save_bundle(folder / files["unfused"], targets=targets)
+        variants = {}
         for variant, options in e["variants"].items():
             files[variant] = f"{key}.{variant}.opfuse"
             options = dict(options)
             fused.save_bundle(folder / files[variant], targets=options.pop("targets", targets), **options)
-        entry = {**e, "inputs": _describe(g), "bundles": files, "reference": "full"}
+            if options.get("matmul") == "wgmma" and not _emits(folder / files[variant], "wgmma"):
+                # no matmul kernel (G5: one attention kernel, mma.sync either way): the
+                # bundle would be the fused one again, timed for nothing on the device
+                (folder / files.pop(variant)).unlink()
+                print(f"{key}: no kernel takes the wgmma variant; not prepared", flush=True)
+                continue
+            variants[variant] = e["variants"][variant]
+        entry = {**e, "variants": variants, "inputs": _describe(g), "bundles": files,
+                 "reference": "full"}
         for sname in SECTIONS:  # other modules' parts of the plan (gpu_check_graph.SECTIONS)
             mod = section(sname)
             part = mod.prepare_entry(folder, entry, targets=targets, scale=scale, graph=g) if mod else None
@@ -99,6 +108,13 @@ def prepare(
     total = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
     print(f"{folder}: {total / 2**20:.1f} MiB")
     return 0
+
+
+def _emits(path: Path, emitter: str) -> bool:
+    """Whether a kernel of the bundle at ``path`` comes from ``emitter``."""
+    from opfuse.runtime import bundle as rb
+
+    return any(k.emitter == emitter for k in rb.load(path).kernels.values())
 
 
 def _require_cpu_library(path: Path, key: str) -> None:

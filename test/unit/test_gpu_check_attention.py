@@ -64,6 +64,9 @@ def test_prepare_writes_every_case_with_both_kernels(prepared):
     assert [e["key"] for e in spec["entries"]] == ["g1_mlp.f16", KEY]
     g1, g5 = spec["entries"]
     assert "attention" not in g1
+    # the wgmma variant where a matmul kernel takes it; G5's one attention kernel does not
+    assert set(g1["variants"]) == {"simt", "wgmma"} and set(g5["variants"]) == {"simt"}
+    assert "wgmma" not in g5["bundles"] and not list(prepared.glob("g5_attention.*.wgmma.*"))
     cases = {c["name"]: c for c in g5["attention"]["cases"]}
     assert list(cases) == NAMES
     assert cases["g5"]["bundles"] == {"fused": "fused", "simt": "simt"}  # G5's own bundles
