@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 from mlir import ir
 
-from opfuse.analysis.graph import FuncGraph, functions
+from opfuse.analysis.graph import func_graph, functions
 from opfuse.analysis.groups import Group, Planner
 from opfuse.cost import GuardOptions
 
@@ -21,7 +21,7 @@ def plan_each_function(module: ir.Module, name: str, options: GuardOptions,
                        plan: Callable[[Planner], None]) -> None:
     """Run ``plan`` on a fresh Planner for every function and write the groups back."""
     for func_op in functions(module):
-        planner = Planner(FuncGraph(func_op), name, options)
+        planner = Planner(func_graph(func_op), name, options)
         plan(planner)
         planner.write_back()
 

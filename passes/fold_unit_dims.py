@@ -25,6 +25,7 @@ from mlir import ir
 from mlir.passmanager import PassManager
 
 from opfuse.analysis.graph import functions
+from opfuse.analysis.opinfo import invalidate_cache
 from opfuse.contract import unread_inits_to_empty
 
 NAME = "opfuse-fold-unit-dims"
@@ -51,6 +52,9 @@ def run(module: ir.Module, options: Options = Options()) -> None:
         for op in block.operations:
             op.operation.attributes[_MARK] = ir.UnitAttr.get(module.context)
         pm.run(func_op)
+        # the upstream pass replaces ops: op descriptions and graphs kept for this run
+        # are stale (the pipeline drops them after any upstream step for the same reason)
+        invalidate_cache()
         _name_new_reshapes(block)
         # the rewritten ops' outs are reshapes of the old ones: where unread, a dependency
         # on an op of its own (a fill's outs, an argument before) that outlining would

@@ -38,7 +38,7 @@ from opfuse import cost
 from opfuse.analysis.attention import match
 from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, FuncGraph, Node
 from opfuse.analysis.groups import Group, Planner
-from opfuse.analysis.opinfo import LOOP_KINDS, OpKind, op_key, tensor_bytes
+from opfuse.analysis.opinfo import LOOP_KINDS, OpKind, forget_graphs, op_key, tensor_bytes
 
 from .common import FusionOptions, plan_with_twins
 
@@ -419,6 +419,7 @@ def _copy_out(copy: _CopyOut) -> None:
     for owner in outside.values():
         for v in copy.values:
             owner.replace_uses_of_with(v, mapping[v])
+    forget_graphs()
 
 
 def _pointers(groups: list[Group]) -> int:

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from opfuse.analysis.graph import GROUP_ATTR, FuncGraph, Node, functions, value_bytes
+from opfuse.analysis.graph import GROUP_ATTR, FuncGraph, Node, func_graph, functions, value_bytes
 from opfuse.analysis.groups import Group, Planner
-from opfuse.analysis.opinfo import OpKind, forget, op_key
+from opfuse.analysis.opinfo import OpKind, forget, forget_graphs, op_key
 from opfuse.report import ledger
 from opfuse.ir import format_location
 
@@ -55,7 +55,7 @@ class Options(FusionOptions):
 
 def run(module: ir.Module, options: Options = Options()) -> None:
     for func_op in functions(module):
-        graph = FuncGraph(func_op)
+        graph = func_graph(func_op)
         if not any(node.kind in _MOVERS for node in graph.nodes):
             continue  # nothing to move: leave the groups as they are
         planner = Planner(graph, NAME, options)
@@ -85,7 +85,7 @@ def _duplicate_all(func_op: ir.Operation, planner: Planner, options: Options) ->
             break
         # the IR changed: re-plan; a producer of what was duplicated may now have several
         # consumers itself (a collapse feeding the copies of an expand)
-        planner = Planner(FuncGraph(func_op), NAME, options)
+        planner = Planner(func_graph(func_op), NAME, options)
     return planner
 
 
@@ -158,6 +158,7 @@ def _clone_into_consumers(op: ir.Operation, v: ir.Value, consumers: list[Group],
             clone.attributes[GROUP_ATTR] = first.attributes[GROUP_ATTR]
         for r in readers:
             graph.nodes[r].op.replace_uses_of_with(v, clone.results[0])
+    forget_graphs()
     if v not in graph.returned:
         forget(op)
         op.erase()

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from mlir import ir
 
 from opfuse import cost
-from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, FuncGraph, functions
+from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, func_graph, functions
 from opfuse.analysis.groups import Group, Planner
-from opfuse.analysis.opinfo import forget, op_key
+from opfuse.analysis.opinfo import forget, forget_graphs, op_key
 from opfuse.ir import format_location
 from opfuse.report import ledger
 
@@ -71,7 +71,7 @@ class Options(FusionOptions):
 
 def run(module: ir.Module, options: Options = Options()) -> None:
     for func_op in functions(module):
-        planner = recompute_all(func_op, Planner(FuncGraph(func_op), NAME, options), options)
+        planner = recompute_all(func_op, Planner(func_graph(func_op), NAME, options), options)
         planner.write_back()
 
 
@@ -90,7 +90,7 @@ def recompute_all(func_op: ir.Operation, planner: Planner, options: Options) -> 
                 _rewrite(func_op, planner, p, targets)
             else:
                 inline_into_gathers(planner, p, gathered, targets)
-            planner = Planner(FuncGraph(func_op), NAME, options)
+            planner = Planner(func_graph(func_op), NAME, options)
     return planner
 
 
@@ -243,6 +243,7 @@ def _rewrite(func_op: ir.Operation, planner: Planner, p: Group, targets: list[Gr
         for m in c.members:
             for old, new in mapping.items():
                 graph.nodes[m].op.replace_uses_of_with(old, new)
+    forget_graphs()
     for op in reversed(members):  # users first: each op is dead once its readers are gone
         if not any(True for v in op.results for _ in v.uses):
             forget(op)

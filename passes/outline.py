@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import func
 
-from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, FuncGraph, external_values, functions
+from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, external_values, func_graph, functions
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import is_free_op
 from opfuse.cost import GuardOptions
@@ -41,7 +41,7 @@ def run(module: ir.Module, options: Options = Options()) -> None:
 
 
 def _outline_function(module: ir.Module, func_op: ir.Operation, options: Options, counter: int) -> int:
-    planner = Planner(FuncGraph(func_op), NAME, GuardOptions())
+    planner = Planner(func_graph(func_op), NAME, GuardOptions())
     graph = planner.graph
     block = func_op.regions[0].blocks[0]
     terminator = list(block.operations)[-1]

@@ -22,7 +22,7 @@ from mlir.dialects import arith, tensor
 
 from opfuse.analysis.graph import Node
 from opfuse.analysis.groups import Group, Planner
-from opfuse.analysis.opinfo import OpKind, element_bytes, forget
+from opfuse.analysis.opinfo import OpKind, element_bytes, forget, forget_graphs
 
 
 def gathered_producer(planner: Planner, p: Group) -> ir.Value | None:
@@ -152,3 +152,4 @@ def _inline_at(producer: ir.Operation, ex: ir.Operation) -> None:
             mapping.update(zip(inner.results, clone.results))
     ex.results[0].replace_all_uses_with(result)
     ex.erase()
+    forget_graphs()  # the gather's body now reads the producer's inputs

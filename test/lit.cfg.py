@@ -43,6 +43,8 @@ for var in ("HOME", "TMPDIR", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEV
 for var, value in os.environ.items():  # OPFUSE_DUMP_DIR, OPFUSE_CACHE_DIR, OPFUSE_DEBUG, ...
     if var.startswith("OPFUSE_"):
         config.environment[var] = value
+# analyses a pass reuses from an earlier one are checked against a fresh build (config.py)
+config.environment.setdefault("OPFUSE_CHECK_ANALYSES", "1")
 
 config.substitutions.append(("%PYTHON", f'"{sys.executable}"'))
 # `%expect-exit 1 fuse-opt bad.mlir`: succeeds when the command exits with exactly that code

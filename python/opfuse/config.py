@@ -105,6 +105,12 @@ TEMP_DIR = env(
     "extracted from bundles, ptxas work); the oldest are pruned (default: "
     "<system temp>/opfuse-<user>)",
 )
+CHECK_ANALYSES = env(
+    "OPFUSE_CHECK_ANALYSES",
+    "check every analysis a pass reuses from an earlier pass of the pipeline run (the "
+    "function graphs) against a fresh build, and fail with an internal error where they "
+    "differ; the tests set it",
+)
 RANDOM_PROGRAMS = env(
     "OPFUSE_RANDOM_PROGRAMS",
     "how many random linalg programs test/unit/test_random_linalg.py checks against numpy "

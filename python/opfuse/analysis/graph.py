@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 from mlir import ir
 
-from ..errors import OpfuseError
+from .. import config
+from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 from ..ir import format_location, walk_nested
 from .opinfo import (OpInfo, OpKind, describe_all, element_bytes, holds_data, is_free_op,
-                     tensor_bytes)
+                     kept_graphs, op_key, tensor_bytes)
 
 GROUP_ATTR = "opfuse.group"
 KIND_ATTR = "opfuse.kind"
@@ -64,14 +65,15 @@ class Node:
 class FuncGraph:
     """Nodes of one ``func.func`` in block order, with producer/user edges."""
 
-    def __init__(self, func_op: ir.Operation):
+    def __init__(self, func_op: ir.Operation, ops: list[ir.Operation] | None = None):
+        """``ops``: the function's top-level ops, when the caller has listed them."""
         self.func = func_op
         self.nodes: list[Node] = []
         self.producer: dict[ir.Value, int] = {}  # value -> node index
         self.returned: set[ir.Value] = set()
-        block = func_op.regions[0].blocks[0]
         _check_static(func_op)
-        ops = [op.operation for op in block.operations]
+        if ops is None:
+            ops = [op.operation for op in func_op.regions[0].blocks[0].operations]
         returned = set(ops[-1].operands) if ops and ops[-1].name == "func.return" else set()
         free_values: set[ir.Value] = set()
         extracted: dict[ir.Value, list[ir.Value]] = {}  # free value -> tensors it reads
@@ -113,6 +115,60 @@ class FuncGraph:
     def readers(self, v: ir.Value) -> list[int]:
         """Indices of the nodes that read ``v``."""
         return self._readers.get(v, [])
+
+    def difference(self, other: FuncGraph) -> str | None:
+        """The first way ``other`` (of the same function) differs from this graph, or None."""
+        if len(self.nodes) != len(other.nodes):
+            return f"{len(self.nodes)} nodes, now {len(other.nodes)}"
+        for a, b in zip(self.nodes, other.nodes):
+            for name in ("op", "info", "reads", "results", "group", "users", "gathers",
+                         "gather_bytes", "part_bytes"):
+                if getattr(a, name) != getattr(b, name):
+                    return f"node {a.index} ({a.label}): its {name} changed"
+        for name in ("producer", "returned", "_readers"):
+            if getattr(self, name) != getattr(other, name):
+                return f"the graph's {name.strip('_')} changed"
+        return None
+
+
+def func_graph(func_op: ir.Operation) -> FuncGraph:
+    """The graph of ``func_op``: within a pipeline run, the one an earlier pass built if the
+    function still has the same ops, with the groups read again; else a new one.
+
+    Most fusion passes only record groups, and building the graph walks every op through the
+    bindings (a quarter of a second per pass at 10,000 ops), so it is kept like an analysis
+    MLIR preserves. Ops added or erased change the function's list of ops (an erased op is
+    ``opinfo.forget``-ten first: its address may be reused); a pass that rewires ops in place
+    calls ``opinfo.forget_graphs``. With ``OPFUSE_CHECK_ANALYSES`` set (the tests set it),
+    every reuse is checked against a fresh build.
+    """
+    kept = kept_graphs()
+    if kept is None:
+        return FuncGraph(func_op)
+    ops = [op.operation for op in func_op.regions[0].blocks[0].operations]
+    fingerprint = ([op_key(op) for op in ops], [op.name for op in ops])
+    key = op_key(func_op)
+    entry = kept.get(key)
+    if entry is not None and entry[0] == fingerprint:
+        graph = entry[1]
+        for node in graph.nodes:  # groups are the one thing passes change
+            node.group = _group_of(node.op)
+        if config.CHECK_ANALYSES.flag():
+            _check_kept(graph, FuncGraph(func_op, ops))
+        return graph
+    graph = FuncGraph(func_op, ops)
+    kept[key] = (fingerprint, graph)
+    return graph
+
+
+def _check_kept(kept: FuncGraph, fresh: FuncGraph) -> None:
+    why = kept.difference(fresh)
+    if why is not None:
+        name = kept.func.attributes["sym_name"].value
+        raise OpfuseError(
+            f"internal error: the graph of @{name} kept from an earlier pass is stale: {why} "
+            "(a pass changed the IR without opfuse.analysis.opinfo.forget/forget_graphs)",
+            exit_code=EXIT_INTERNAL_ERROR)
 
 
 def _sliced(op: ir.Operation) -> dict[ir.Value, int]:

@@ -256,11 +256,32 @@ def info_cache() -> Iterator[dict]:
         _CACHE.reset(token)
 
 
+#: The cache's entry for function graphs (``graph.func_graph``); op entries have int keys.
+_GRAPHS = "graphs"
+
+
 def forget(op: ir.Operation) -> None:
-    """Drop ``op`` from the cache before erasing it (its address may be reused)."""
+    """Drop ``op`` from the cache before erasing it (its address may be reused), and the
+    function graphs, one of which it is a node of."""
     cache = _CACHE.get()
     if cache is not None:
         cache.pop(op_key(op), None)
+        cache.pop(_GRAPHS, None)
+
+
+def forget_graphs() -> None:
+    """Drop the function graphs kept for this run: a pass rewired ops in place (replaced a
+    use, rewrote a body), which leaves a function's list of ops as it was."""
+    cache = _CACHE.get()
+    if cache is not None:
+        cache.pop(_GRAPHS, None)
+
+
+def kept_graphs() -> dict | None:
+    """The function graphs kept for this run, by ``op_key`` of the function (None outside a
+    run); see ``graph.func_graph``."""
+    cache = _CACHE.get()
+    return None if cache is None else cache.setdefault(_GRAPHS, {})
 
 
 def invalidate_cache() -> None:
