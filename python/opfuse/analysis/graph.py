@@ -71,6 +71,9 @@ class FuncGraph:
         self.nodes: list[Node] = []
         self.producer: dict[ir.Value, int] = {}  # value -> node index
         self.returned: set[ir.Value] = set()
+        #: what users derive from the graph alone and keep as long as it is kept
+        #: (the planner's singleton groups)
+        self.derived: dict[str, object] = {}
         _check_static(func_op)
         if ops is None:
             ops = [op.operation for op in func_op.regions[0].blocks[0].operations]

@@ -71,6 +71,12 @@ class Group:
     def is_loop(self) -> bool:
         return self.kinds <= LOOP_KINDS
 
+    def copy(self) -> Group:
+        """A copy that shares nothing mutable with this group."""
+        return Group(self.gid, list(self.members), dict(self.reads), dict(self.outputs),
+                     self.flops, self.peak, self.elem_bytes, set(self.kinds), self.first,
+                     self.last, self.domain, self.row_domain, self.forced_kind)
+
     def registers(self) -> int:
         n_ptr = len(self.reads) + len(self.outputs)
         if self.kind == "attention":  # the tile, not the payload, sets its registers
@@ -89,7 +95,7 @@ class Planner:
         self.options = options
         self.target = cost.get_target(options.target)
         self._parent = list(range(len(graph.nodes)))
-        self._groups: dict[int, Group] = {n.index: self._singleton(n) for n in graph.nodes}
+        self._groups: dict[int, Group] = {g.gid: g for g in self._singletons()}
         self._gatherers = [n.index for n in graph.nodes if n.gathers]
         by_attr: dict[int, int] = {}
         for node in graph.nodes:  # groups recorded by earlier passes
@@ -349,10 +355,7 @@ class Planner:
         return step or None
 
     def _snapshot(self, groups: list[Group]) -> list[Group]:
-        return [Group(g.gid, list(g.members), dict(g.reads), dict(g.outputs), g.flops, g.peak,
-                      g.elem_bytes, set(g.kinds), g.first, g.last, g.domain, g.row_domain,
-                      g.forced_kind)
-                for g in groups]
+        return [g.copy() for g in groups]
 
     def _restore(self, saved: list[Group]) -> None:
         for g in saved:
@@ -429,6 +432,15 @@ class Planner:
             gid += 1
 
     # ----- internals -------------------------------------------------------------------
+    def _singletons(self) -> list[Group]:
+        """A group of its own for every node: copies of groups made once per graph, which
+        later passes of the run reuse (graph.func_graph), as the planners of those passes
+        would make them again."""
+        made = self.graph.derived.get("singletons")
+        if made is None:
+            made = self.graph.derived["singletons"] = [self._singleton(n) for n in self.graph.nodes]
+        return [g.copy() for g in made]
+
     def _singleton(self, node: Node) -> Group:
         reads = {v: node.read_bytes(v) for v in node.reads}
         outputs = {v: value_bytes(v) for v in node.results if self._escapes(v, node.index)}

@@ -310,8 +310,12 @@ def describe_all(func_op: ir.Operation, ops: list[ir.Operation]) -> list[OpInfo]
                 missing = True
     if cache is None or missing:
         todo = [i for i, info in enumerate(infos) if info is None]
-        twins, scratch = generalize([ops[i] for i in todo])  # scratch keeps the twins alive
-        for i, twin in zip(todo, twins):
+        # free ops (fills) are free whatever their twin says: not cloned and generalized
+        named = [i for i in todo if ops[i].name not in _FREE_OPS]
+        twins, scratch = generalize([ops[i] for i in named])  # scratch keeps the twins alive
+        twin_of = dict(zip(named, twins))
+        for i in todo:
+            twin = twin_of.get(i)
             infos[i] = describe(ops[i], twin)
             if cache is not None:
                 cache[keys[i]] = (ops[i].name, infos[i])
@@ -323,7 +327,7 @@ def describe(op: ir.Operation, twin: ir.Operation | None) -> OpInfo:
     """Classify ``op`` using its generalized ``twin``."""
     types = [r.type for r in op.results]
     for t in types:
-        if isinstance(t, ir.ShapedType) and not (t.has_rank and t.has_static_shape):
+        if _is_dynamic(t):
             raise OpfuseError(
                 f"dynamic shapes are not supported yet ({t})",
                 diagnostics=[f"{format_location(op.location)}: error: dynamic shapes are not "
@@ -409,20 +413,22 @@ def _describe_generic(op: ir.Operation, g: ir.Operation) -> OpInfo:
     payload = _payload(g, n_in)
     flops = sum(1 for (n, _, _) in payload.ops if n not in _NO_FLOP)
     info = OpInfo(OpKind.OPAQUE, tuple(domain), iters, in_maps, out_maps, payload, flops)
-    info.kind = _kind_of_generic(op, g.opview, info, operands[:n_in])
+    info.kind = _kind_of_generic(op, g, info, operands[:n_in])
     return info
 
 
 def _kind_of_generic(op: ir.Operation, g: ir.Operation, info: OpInfo,
                      inputs: list[ir.Value]) -> OpKind:
     if "reduction" in info.iterators:
-        if op.name in ("linalg.matmul", "linalg.batch_matmul") or linalg.isa_contraction_op(g):
+        view = g.opview
+        if op.name in ("linalg.matmul", "linalg.batch_matmul") or linalg.isa_contraction_op(view):
             return OpKind.CONTRACTION
-        if linalg.isa_convolution_op(g) and any(
+        if linalg.isa_convolution_op(view) and any(
             name in ("arith.mulf", "arith.muli") for name, _, _ in info.payload.ops
         ):  # (a pooling window has the same maps, but no product: a reduction)
             return OpKind.CONVOLUTION
-        if scan.recognize(g.operation) is not None:
+        names = {name for name, _, _ in info.payload.ops}
+        if scan.BODY_OPS <= names and scan.recognize(g) is not None:
             return OpKind.SCAN
         return OpKind.REDUCTION
     if not all(m.is_permutation for m in info.output_maps):
@@ -477,8 +483,23 @@ def _result_domain(op: ir.Operation) -> tuple[int, ...]:
     return tuple(_shape(op.results[0].type)) if len(op.results) else ()
 
 
+def _is_dynamic(t: ir.Type) -> bool:
+    """A shaped type without a static shape."""
+    dynamic = _DYNAMIC.get(t)
+    if dynamic is None:
+        dynamic = _DYNAMIC[t] = isinstance(t, ir.ShapedType) and not (t.has_rank and t.has_static_shape)
+    return dynamic
+
+
 def element_bytes(t: ir.Type) -> int:
     """Bytes per element of a shaped type (or of a scalar type)."""
+    n = _ELEMENT_BYTES.get(t)
+    if n is None:
+        n = _ELEMENT_BYTES[t] = _element_bytes(t)
+    return n
+
+
+def _element_bytes(t: ir.Type) -> int:
     et = t.element_type if isinstance(t, ir.ShapedType) else t
     if isinstance(et, ir.IntegerType):
         return max(1, et.width // 8)
@@ -491,6 +512,8 @@ def element_bytes(t: ir.Type) -> int:
 
 
 _BYTES: dict[ir.Type, int] = {}  # types are uniqued and immortal in their context
+_ELEMENT_BYTES: dict[ir.Type, int] = {}
+_DYNAMIC: dict[ir.Type, bool] = {}
 
 
 def tensor_bytes(t: ir.Type) -> int:

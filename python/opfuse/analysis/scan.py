@@ -26,6 +26,9 @@ from mlir import ir
 
 #: Combiners a scan may use (associative; the identity of each is 0).
 COMBINERS = ("arith.addf", "arith.addi")
+#: Ops every scan's body has at its top level (the select of what :func:`recognize` yields,
+#: its compare, the compared loop indices): a body without one of them is no scan.
+BODY_OPS = frozenset({"arith.select", "arith.cmpi", "linalg.index"})
 # predicate of ``cmpi <pred>, r, j`` that means r <= j, and the same with the operands swapped
 _LE = {"ule": True, "sle": True, "uge": False, "sge": False}
 _PREDICATES = {0: "eq", 1: "ne", 2: "slt", 3: "sle", 4: "sgt", 5: "sge", 6: "ult", 7: "ule",
