@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
 from mlir import ir
 from mlir.dialects import func
 
-from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, external_values, func_graph, functions
+from opfuse.analysis.graph import (GROUP_ATTR, KIND_ATTR, external_values, func_graph, functions,
+                                   sealed_walk)
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import is_free_op
 from opfuse.cost import GuardOptions
@@ -50,7 +52,8 @@ def _outline_function(module: ir.Module, func_op: ir.Operation, options: Options
         counter += 1
         members = [graph.nodes[i].op for i in sorted(g.members)]
         outputs = [v for m in members for v in m.results if v in g.outputs]
-        kernel, args = _make_kernel(func_op, kernel_name, members, outputs, g)
+        walk = sealed_walk(graph.nodes[i] for i in g.members)
+        kernel, args = _make_kernel(func_op, kernel_name, members, outputs, g, walk)
         with ir.InsertionPoint(terminator), members[-1].location:
             call = func.CallOp([v.type for v in outputs], ir.FlatSymbolRefAttr.get(kernel_name), args)
         for v, new in zip(outputs, call.results):
@@ -60,11 +63,13 @@ def _outline_function(module: ir.Module, func_op: ir.Operation, options: Options
 
 
 def _make_kernel(host: ir.Operation, name: str, members: list[ir.Operation],
-                 outputs: list[ir.Value], g: Group) -> tuple[ir.Operation, list[ir.Value]]:
+                 outputs: list[ir.Value], g: Group,
+                 walk: Callable[[ir.Operation], Iterable[ir.Operation]]) -> tuple[ir.Operation, list[ir.Value]]:
     """Move ``members`` into a new private function placed before ``host``; returns it and
-    the host values to pass as its arguments."""
+    the host values to pass as its arguments. ``walk``: the ops of a member whose operands
+    may be host values (see ``external_values``)."""
     ctx = host.context
-    free_ops, args = external_values(host, members)
+    free_ops, args = external_values(host, members, walk)
     with ir.InsertionPoint(host), members[-1].location:
         kernel = func.FuncOp(name, ([a.type for a in args], [v.type for v in outputs]),
                              visibility="private")
@@ -83,7 +88,7 @@ def _make_kernel(host: ir.Operation, name: str, members: list[ir.Operation],
         for attr in (GROUP_ATTR, KIND_ATTR):
             if attr in op.attributes:
                 del op.attributes[attr]
-        _remap(op, mapping)
+        _remap(op, mapping, walk)
     with ip, members[-1].location:
         func.ReturnOp(outputs)
     i64 = ir.IntegerType.get_signless(64, ctx)
@@ -102,8 +107,9 @@ def _make_kernel(host: ir.Operation, name: str, members: list[ir.Operation],
     return kernel.operation, args
 
 
-def _remap(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> None:
-    for inner in walk_nested(op):
+def _remap(op: ir.Operation, mapping: dict[ir.Value, ir.Value],
+           walk: Callable[[ir.Operation], Iterable[ir.Operation]] = walk_nested) -> None:
+    for inner in walk(op):
         for i, v in enumerate(inner.operands):
             new = mapping.get(v)
             if new is not None:

@@ -43,3 +43,41 @@ func.func @two_outputs(%x: tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<8xf32>
     }
   return %b, %s : tensor<8x16xf32>, tensor<8xf32>
 }
+
+// -----
+
+// Bodies that use values from outside their op (a gather's tensor.extract, a scalar of the
+// function) are walked: the kernel takes the tensor as an argument and a copy of the
+// scalar, with the other free ops in host order; a body that uses only its arguments
+// (negf's) has nothing else to give its kernel.
+// CHECK-LABEL: func.func private @fusion_0_loop
+// CHECK-SAME: (%[[I:[^:]*]]: tensor<8xi64>, %[[T:[^:]*]]: tensor<16xf32>) -> tensor<8xf32>
+// CHECK-NEXT: %[[C:.*]] = arith.constant 2.0
+// CHECK-NEXT: %[[E:.*]] = tensor.empty() : tensor<8xf32>
+// CHECK-NEXT: linalg.generic {{.*}} ins(%[[I]] : tensor<8xi64>) outs(%[[E]] : tensor<8xf32>)
+// CHECK: tensor.extract %[[T]]
+// CHECK-NEXT: arith.mulf %{{.*}}, %[[C]]
+// CHECK-LABEL: func.func private @fusion_1_loop
+// CHECK-SAME: (%{{[^:]*}}: tensor<8xf32>) -> tensor<8xf32>
+// CHECK-NEXT: tensor.empty() : tensor<8xf32>
+// CHECK-NEXT: linalg.generic
+// CHECK-LABEL: func.func @captures
+// CHECK-NEXT: %[[G:.*]] = call @fusion_0_loop(%arg1, %arg0)
+// CHECK-NEXT: call @fusion_1_loop(%[[G]])
+func.func @captures(%t: tensor<16xf32>, %i: tensor<8xi64>) -> tensor<8xf32> {
+  %c = arith.constant 2.0 : f32
+  %e = tensor.empty() : tensor<8xf32>
+  %g = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%i : tensor<8xi64>) outs(%e : tensor<8xf32>) {
+  ^bb0(%k: i64, %o: f32):
+    %j = arith.index_cast %k : i64 to index
+    %v = tensor.extract %t[%j] : tensor<16xf32>
+    %m = arith.mulf %v, %c : f32
+    linalg.yield %m : f32
+  } -> tensor<8xf32>
+  %h = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g : tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %n = arith.negf %a : f32
+    linalg.yield %n : f32
+  } -> tensor<8xf32>
+  return %h : tensor<8xf32>
+}
