@@ -32,7 +32,6 @@ from opfuse.analysis.graph import GROUP_ATTR, FuncGraph, Node, func_graph, funct
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import OpKind, forget, forget_graphs, op_key
 from opfuse.report import ledger
-from opfuse.ir import format_location
 
 from .common import FusionOptions
 
@@ -134,7 +133,7 @@ def _duplicate_producers(planner: Planner, options: Options,
         for c in consumers:
             first = graph.nodes[min(r for r in graph.readers(v) if planner.group(r) is c)]
             ledger.record(ledger.Decision(NAME, node.label, first.label,
-                                          format_location(first.op.location), ok, reason,
+                                          first.location, ok, reason,
                                           action="duplicate", numbers=numbers,
                                           would_fuse_with=would, step=step or None))
         if ok:

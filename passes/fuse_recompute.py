@@ -36,7 +36,6 @@ from opfuse import cost
 from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, func_graph, functions
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import forget, forget_graphs, op_key
-from opfuse.ir import format_location
 from opfuse.report import ledger
 
 from .common import FusionOptions
@@ -203,7 +202,7 @@ def _decide(planner: Planner, p: Group, targets: list[Group], gathered: ir.Value
     producer = graph.nodes[p.last].label
     for c in targets:
         first = graph.nodes[_first_reader(planner, p, c)]
-        ledger.record(ledger.Decision(NAME, producer, first.label, format_location(first.op.location),
+        ledger.record(ledger.Decision(NAME, producer, first.label, first.location,
                                       verdict.fuse, verdict.reason, action="recompute",
                                       numbers=dict(verdict.numbers),
                                       would_fuse_with=verdict.would_fuse_with, step=step or None))

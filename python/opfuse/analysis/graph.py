@@ -11,7 +11,7 @@ that uses the scalar (``Node.gathers``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cmp_to_key
+from functools import cached_property, cmp_to_key
 from typing import Callable, Iterable
 
 from mlir import ir
@@ -59,9 +59,16 @@ class Node:
     def kind(self) -> OpKind:
         return self.info.kind
 
-    @property
+    # (the ledger asks for these once per candidate; a kept graph's ops, and so their
+    # locations, are the ones it was built from)
+    @cached_property
     def label(self) -> str:
         return op_label(self.op)
+
+    @cached_property
+    def location(self) -> str:
+        """The op's location as ``file:line:col`` (``format_location``)."""
+        return format_location(self.op.location)
 
 
 class FuncGraph:

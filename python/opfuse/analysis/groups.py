@@ -14,7 +14,6 @@ from mlir import ir
 
 from .. import cost
 from ..report import ledger
-from ..ir import format_location
 from .graph import GROUP_ATTR, KIND_ATTR, FuncGraph, Node, value_bytes
 from .opinfo import LOOP_KINDS, OpKind
 
@@ -532,7 +531,7 @@ class Planner:
             pass_name=self.pass_name,
             producer=prod,
             consumer=cons_node.label,
-            location=format_location(cons_node.op.location),
+            location=cons_node.location,
             fused=fused,
             reason=reason,
             action=why or "merge",
