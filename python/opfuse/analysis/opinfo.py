@@ -350,19 +350,32 @@ def _describe(op: ir.Operation, twin: ir.Operation | None) -> OpInfo:
 
 
 # Maps, iterator attributes and types are uniqued in their context, so what is derived from
-# them is computed once per distinct map or type (a 10,000-op graph has a handful).
-_MAP_DIMS: dict[ir.AffineMap, tuple[int | None, ...]] = {}
-_ITERATORS: dict[str, str] = {}
-_SHAPES: dict[ir.Type, tuple[int, ...]] = {}
+# them is computed once per distinct map or type (a 10,000-op graph has a handful) -- per
+# pipeline run, in the op-description cache: a key holds its context alive, so a
+# process-wide memo would keep every module a long process ever parsed
+# (test_opinfo_contexts.py). Outside a run nothing is memoized.
+_ITERATORS: dict[str, str] = {}  # keyed by text: holds no context
+
+
+def _memoized(table: str, key, compute):
+    """``compute(key)``, memoized in this pipeline run's cache under ``table``."""
+    cache = _CACHE.get()
+    if cache is None:
+        return compute(key)
+    memo = cache.get(table)
+    if memo is None:
+        memo = cache[table] = {}
+    try:
+        return memo[key]
+    except KeyError:
+        value = memo[key] = compute(key)
+        return value
 
 
 def _map_dims(amap: ir.AffineMap) -> tuple[int | None, ...]:
     """Per result of ``amap``: the loop it indexes, or None for a constant/compound expr."""
-    dims = _MAP_DIMS.get(amap)
-    if dims is None:
-        dims = _MAP_DIMS[amap] = tuple(
-            e.position if isinstance(e, ir.AffineDimExpr) else None for e in amap.results)
-    return dims
+    return _memoized("map dims", amap, lambda m: tuple(
+        e.position if isinstance(e, ir.AffineDimExpr) else None for e in m.results))
 
 
 def _iterator(attr: ir.Attribute) -> str:
@@ -373,29 +386,18 @@ def _iterator(attr: ir.Attribute) -> str:
     return name
 
 
-_MAPS_OF: dict[ir.Attribute, list[ir.AffineMap]] = {}
-_ITERATORS_OF: dict[ir.Attribute, tuple[str, ...]] = {}
-
-
 def _maps_of(attr: ir.Attribute) -> list[ir.AffineMap]:
-    maps = _MAPS_OF.get(attr)
-    if maps is None:
-        maps = _MAPS_OF[attr] = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(attr)]
-    return maps
+    return _memoized("maps of", attr,
+                     lambda a: [ir.AffineMapAttr(x).value for x in ir.ArrayAttr(a)])
 
 
 def _iterators_of(attr: ir.Attribute) -> tuple[str, ...]:
-    its = _ITERATORS_OF.get(attr)
-    if its is None:
-        its = _ITERATORS_OF[attr] = tuple(_iterator(a) for a in ir.ArrayAttr(attr))
-    return its
+    return _memoized("iterators of", attr,
+                     lambda a: tuple(_iterator(x) for x in ir.ArrayAttr(a)))
 
 
 def _static_shape(t: ir.Type) -> tuple[int, ...]:
-    shape = _SHAPES.get(t)
-    if shape is None:
-        shape = _SHAPES[t] = tuple(_shape(t))
-    return shape
+    return _memoized("shapes", t, lambda x: tuple(_shape(x)))
 
 
 def _describe_generic(op: ir.Operation, g: ir.Operation) -> OpInfo:
@@ -485,18 +487,13 @@ def _result_domain(op: ir.Operation) -> tuple[int, ...]:
 
 def _is_dynamic(t: ir.Type) -> bool:
     """A shaped type without a static shape."""
-    dynamic = _DYNAMIC.get(t)
-    if dynamic is None:
-        dynamic = _DYNAMIC[t] = isinstance(t, ir.ShapedType) and not (t.has_rank and t.has_static_shape)
-    return dynamic
+    return _memoized("dynamic", t, lambda x: isinstance(x, ir.ShapedType)
+                     and not (x.has_rank and x.has_static_shape))
 
 
 def element_bytes(t: ir.Type) -> int:
     """Bytes per element of a shaped type (or of a scalar type)."""
-    n = _ELEMENT_BYTES.get(t)
-    if n is None:
-        n = _ELEMENT_BYTES[t] = _element_bytes(t)
-    return n
+    return _memoized("element bytes", t, _element_bytes)
 
 
 def _element_bytes(t: ir.Type) -> int:
@@ -511,17 +508,10 @@ def _element_bytes(t: ir.Type) -> int:
     return 4
 
 
-_BYTES: dict[ir.Type, int] = {}  # types are uniqued and immortal in their context
-_ELEMENT_BYTES: dict[ir.Type, int] = {}
-_DYNAMIC: dict[ir.Type, bool] = {}
-
 
 def tensor_bytes(t: ir.Type) -> int:
     """Bytes of a statically shaped tensor; 0 for scalars."""
-    n = _BYTES.get(t)
-    if n is None:
-        n = _BYTES[t] = _tensor_bytes(t)
-    return n
+    return _memoized("tensor bytes", t, _tensor_bytes)
 
 
 def _tensor_bytes(t: ir.Type) -> int:
