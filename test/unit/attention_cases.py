@@ -1,5 +1,6 @@
 """Attention graphs over the issue's shapes and an independent float64 reference (no tests
-here): the property tests of the attention kernels (GPU emulator, CPU backend) share them.
+here): the property tests of the attention kernels (GPU emulator, CPU backend) share them,
+and :func:`cpu_outputs` runs a graph through either CPU attention kernel.
 
 A case is batch, heads, K/V heads (grouped-query when fewer: K and V are broadcast to the
 query heads, as ``repeat_kv`` does), query and key lengths, head dims of Q·Kᵀ and of V,
@@ -15,8 +16,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
+import opfuse
 from opfuse.builder import Graph
+from opfuse.codegen import cpu_attention_tiles
 
 #: Tolerances against the float64 reference, per dtype (accumulation is f32 everywhere;
 #: f16/bf16 round S, the scaled scores and O to their type like the unfused graph does).
@@ -186,3 +190,15 @@ def mask_branches(program) -> list[tuple[dict[str, int], dict[str, int]]]:
             counts.append({k: n.get(k, 0) for k in ("arith.cmpi", "arith.select", "arith.mulf")})
         out.append(tuple(counts))
     return out
+
+
+def cpu_outputs(graph, arguments, path: str, monkeypatch):
+    """``graph`` compiled for the CPU and run on ``arguments`` through the tiled attention
+    kernel (``path="tiles"``) or the one-row loops (``"rows"``: the tiles' workspace limit
+    set to 0, and the warning that says so)."""
+    if path == "tiles":
+        return opfuse.compile(graph, backend="cpu")(*arguments)
+    monkeypatch.setattr(cpu_attention_tiles, "WORKSPACE_LIMIT", 0)
+    exe = opfuse.compile(graph, backend="cpu")
+    with pytest.warns(UserWarning, match="one-row loops"):
+        return exe(*arguments)  # the CPU code is made at the first call

@@ -26,7 +26,8 @@ torch = pytest.importorskip("torch")
 from torch.nn import functional as F  # noqa: E402
 
 import opfuse  # noqa: E402
-from opfuse.codegen import attention_plan, cpu_attention_tiles, emulate  # noqa: E402
+from attention_cases import cpu_outputs  # noqa: E402
+from opfuse.codegen import attention_plan, emulate  # noqa: E402
 from opfuse.codegen.gpu import compile_module  # noqa: E402
 from opfuse.frontends.torch import import_module  # noqa: E402
 from opfuse.runtime.executable import bf16_bits_to_float32, float32_to_bf16_bits  # noqa: E402
@@ -80,14 +81,8 @@ def test_one_attention_kernel_with_the_merge(causal):
 
 @pytest.mark.parametrize("path", ["tiles", "rows"])
 def test_cpu_kernels_match_eager(path, monkeypatch):
-    model, args, imported, exe = _compiled(torch.float32, True)
-    if path == "rows":
-        monkeypatch.setattr(cpu_attention_tiles, "WORKSPACE_LIMIT", 0)
-        exe = opfuse.compile(imported.graph, backend="cpu")
-        with pytest.warns(UserWarning, match="one-row loops"):
-            got = exe(*imported.arguments(*args))
-    else:
-        got = exe(*imported.arguments(*args))
+    model, args, imported, _ = _compiled(torch.float32, True)
+    got = cpu_outputs(imported.graph, imported.arguments(*args), path, monkeypatch)
     _check(got, model, args, torch.float32)
 
 

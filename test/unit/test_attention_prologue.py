@@ -25,7 +25,8 @@ torch = pytest.importorskip("torch")
 from torch.nn import functional as F  # noqa: E402
 
 import opfuse  # noqa: E402
-from opfuse.codegen import cpu_attention_tiles, emulate, ptxas  # noqa: E402
+from attention_cases import cpu_outputs  # noqa: E402
+from opfuse.codegen import emulate, ptxas  # noqa: E402
 from opfuse.codegen.gpu import compile_module  # noqa: E402
 from opfuse.frontends.torch import import_module  # noqa: E402
 from opfuse.runtime.executable import bf16_bits_to_float32  # noqa: E402
@@ -133,14 +134,8 @@ def test_both_rotations_join_the_attention_kernel():
 
 @pytest.mark.parametrize("path", ["tiles", "rows"])
 def test_cpu_kernels_match_eager(path, monkeypatch):
-    model, args, imported, exe = _compiled(8, 70, torch.float32, batch=2)
-    if path == "rows":  # the one-row kernel (where the tiles' workspace would not fit)
-        monkeypatch.setattr(cpu_attention_tiles, "WORKSPACE_LIMIT", 0)
-        exe = opfuse.compile(imported.graph, backend="cpu")
-        with pytest.warns(UserWarning, match="one-row loops"):
-            got = exe(*imported.arguments(*args))
-    else:
-        got = exe(*imported.arguments(*args))
+    model, args, imported, _ = _compiled(8, 70, torch.float32, batch=2)
+    got = cpu_outputs(imported.graph, imported.arguments(*args), path, monkeypatch)
     _close(got, _eager(model, args)[0], torch.float32)
 
 
