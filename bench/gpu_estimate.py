@@ -45,6 +45,8 @@ VARIANTS = {
 def chip_of(options: dict) -> str:
     """The chip a variant is compiled for."""
     return WGMMA_CHIP if options.get("matmul") == "wgmma" else CHIP
+
+
 METHOD = (
     "estimate, not a measurement: the busiest SM's share of the device peak (mma.sync for "
     "tensor-core kernels, the dense tensor peak for wgmma ones, FFMA otherwise) for the FLOPs "

@@ -508,7 +508,6 @@ def _element_bytes(t: ir.Type) -> int:
     return 4
 
 
-
 def tensor_bytes(t: ir.Type) -> int:
     """Bytes of a statically shaped tensor; 0 for scalars."""
     return _memoized("tensor bytes", t, _tensor_bytes)

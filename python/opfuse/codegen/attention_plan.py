@@ -119,7 +119,7 @@ def _inverted(out: Output, o: ir.Value, o_idx: Index, o_shape: tuple, ctx) -> In
             return None
     if any(out.shape[j] != 1 for j in range(rank) if j not in seen):
         return None
-    return tuple(d.maybe_downcast() if hasattr(d, "maybe_downcast") else d for d in digits)
+    return tuple(d.maybe_downcast() for d in digits)
 
 
 def _linear_terms(e: ir.AffineExpr) -> dict[int, int] | None:

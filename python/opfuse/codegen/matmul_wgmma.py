@@ -36,6 +36,8 @@ shared:
 
 from __future__ import annotations
 
+from typing import Callable
+
 from mlir import ir
 from mlir.dialects import gpu
 
@@ -146,30 +148,29 @@ class _WgmmaKernel(_Kernel):
         return wg.descriptor(o.smem, elems * self.kind.element_bytes, layout)
 
 
-def _check(group: Group, name: str) -> None:
+def _check(group: Group, name: str, contraction: Callable[[], Contraction]) -> None:
+    """Why this emitter steps aside: another mode chosen (NotChosen, before anything is
+    looked at), a target without wgmma or operands it does not take (Unsupported)."""
     opts = group.options
     mode = opts.matmul_mode(name)
     if mode != "wgmma":
         raise NotChosen(f"matmul={mode}")
     require(opts.wgmma_targets,
             f"wgmma runs on sm_90a only (targets: {', '.join(opts.targets)})")
+    c = contraction()
+    require(wgmma.kind_for(c.a_type, c.b_type, 8) is not None,
+            f"{c.a_type} x {c.b_type} operands (wgmma here: f16 or bf16)")
 
 
 def emit_wgmma(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     """An output group's kernel on warpgroup MMA (``matmul=wgmma`` only)."""
-    _check(group, name)
-    c = Contraction.of(group)
-    require(wgmma.kind_for(c.a_type, c.b_type, 8) is not None,
-            f"{c.a_type} x {c.b_type} operands (wgmma here: f16 or bf16)")
+    _check(group, name, lambda: Contraction.of(group))
     return matmul_mma.emit_mma(group, module, name, _WgmmaKernel)
 
 
 def emit_ranges(group: Group, module: ir.Module, name: str, ranges, parts, dispatch) -> KernelBuilder:
     """A horizontal group's kernel on warpgroup MMA (:func:`.matmul_mma.emit_ranges`)."""
-    _check(group, name)
-    first = ranges[0][0]
-    require(wgmma.kind_for(first.a_type, first.b_type, 8) is not None,
-            f"{first.a_type} x {first.b_type} operands (wgmma here: f16 or bf16)")
+    _check(group, name, lambda: ranges[0][0])
     return matmul_mma.emit_ranges(group, module, name, ranges, parts, dispatch, _WgmmaKernel)
 
 
