@@ -99,6 +99,14 @@ CPU_THREADS = env(
     "single-threaded code that needs no runtime library); opfuse.compile(threads=), "
     "fuse-run --threads",
 )
+CPU_PARALLEL_MIN_US = env(
+    "OPFUSE_CPU_PARALLEL_MIN_US",
+    "a kernel whose estimated one-thread time is under this many microseconds keeps its "
+    "tile loop on the calling thread even when the program has more than one (handing "
+    "work to the async runtime's workers cost 50-200 us per loop on the 2-vCPU machines "
+    "measured: codegen/cpu_threads.py); 0 parallelizes every tile loop",
+    default="800",
+)
 TEMP_DIR = env(
     "OPFUSE_TEMP_DIR",
     "root of opfuse's temporary folders (reproducers of internal errors, libraries "

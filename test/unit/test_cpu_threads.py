@@ -42,7 +42,13 @@ def test_thread_count_resolution(monkeypatch):
             cpu_threads.resolve_threads(bad)
 
 
-def test_threads_lower_to_the_async_runtime():
+@pytest.fixture
+def every_loop_parallel(monkeypatch):
+    """These graphs are small (scale 16): without this, cpu_grain keeps them on one thread."""
+    monkeypatch.setenv("OPFUSE_CPU_PARALLEL_MIN_US", "0")
+
+
+def test_threads_lower_to_the_async_runtime(every_loop_parallel):
     module = parse_module(opfuse.compile(SMALL["g3_softmax"], backend="cpu").ir("fused"))
     one = cpu_codegen.lower_to_llvm(module, threads=1)
     two = cpu_codegen.lower_to_llvm(module, threads=2)
@@ -55,7 +61,7 @@ def test_threads_lower_to_the_async_runtime():
 
 
 @pytest.mark.parametrize("name", ["g1_mlp", "g3_softmax", "g6_encoder_layer", "g7_rmsnorm_swiglu"])
-def test_threaded_results_are_the_single_threaded_bits(name):
+def test_threaded_results_are_the_single_threaded_bits(name, every_loop_parallel):
     g = SMALL[name]
     arrays = list(example_inputs(g).values())
     fused = opfuse.compile(g, backend="cpu", threads=1)
@@ -69,7 +75,7 @@ def test_threaded_results_are_the_single_threaded_bits(name):
         assert float(np.max(np.abs(out.astype(np.float64) - ref))) <= 1e-5 * scale
 
 
-def test_compile_records_threads_and_programs_outlive_each_other():
+def test_compile_records_threads_and_programs_outlive_each_other(every_loop_parallel):
     """Freeing one threaded program must not take the runtime's thread pool from another
     (the runtime is loaded once into the process, not per ExecutionEngine)."""
     g = SMALL["g2_elementwise_chain"]

@@ -28,7 +28,7 @@ from mlir.dialects import linalg, tensor
 
 from ..errors import OpfuseError
 from ..ir import clone_module, format_location  # noqa: F401  (clone_module re-exported)
-from . import cpu_bf16, cpu_buffers, cpu_math, cpu_matmul, cpu_reductions, cpu_threads, cpu_tiling
+from . import cpu_bf16, cpu_buffers, cpu_grain, cpu_math, cpu_matmul, cpu_reductions, cpu_threads, cpu_tiling
 from .cpu_kernels import (  # noqa: F401  (re-exported: the tests and tools use them here)
     KERNEL_PIPELINE,
     KERNEL_PREFIX,
@@ -75,10 +75,12 @@ def lowering_stages(threads: int = 1) -> list[Stage]:
         Stage("bufferize", "one-shot-bufferize{bufferize-function-boundaries "
                            "function-boundary-type-conversion=identity-layout-map}"),
         # The kernels' tile loops (cpu_tiling.py), now on buffers: in order on one
-        # thread, parallel loops for the async runtime on more (cpu_threads.py); what a
+        # thread, parallel loops for the async runtime on more (cpu_threads.py) except in
+        # kernels too small to pay for the hand-off (cpu_grain.py); what a
         # tile reads whole (a matmul's B: a subview with constant offsets) moves out of
         # the loop, where the matmul kernels pack it once.
-        Stage("tile-loops", cpu_threads.tile_loop_stage(threads)),
+        Stage("tile-loops", "scf-forall-to-for" if threads == 1
+              else cpu_grain.lower_tile_loops(threads)),
         Stage("hoist-invariants", "loop-invariant-code-motion"),
         # Memref results become out-parameters, the public function's too: the runtime
         # allocates outputs as numpy arrays and the JIT code writes into them. A callee
@@ -189,6 +191,7 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True,
     copy = clone_module(module)
     protect_arguments(copy)
     _add_c_interfaces(copy)
+    cpu_grain.mark_sequential_kernels(copy, threads)
     prepare_loops(copy, fuse_kernels=fuse_kernels, threads=threads)
     cpu_tiling.tile_kernels(copy)
     copy_shared_results(copy)

@@ -59,11 +59,6 @@ def resolve_threads(threads: int | None = None) -> int:
     return usable_cores() if threads == 0 else threads
 
 
-def tile_loop_stage(threads: int) -> str:
-    """How the tile loops are lowered: in order, or as parallel loops for the runtime."""
-    return "scf-forall-to-for" if threads == 1 else "scf-forall-to-parallel"
-
-
 def async_stages(threads: int) -> list[str]:
     """The passes that turn the parallel tile loops into tasks of the async runtime (none
     for one thread). ``min-task-size=1``: an iteration is a whole tile, never too small

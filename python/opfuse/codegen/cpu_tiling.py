@@ -78,7 +78,7 @@ def tile_kernels(module: ir.Module) -> int:
     return tiled
 
 
-def _maps(op: ir.Operation) -> list[list[int | None]] | None:
+def structured_maps(op: ir.Operation) -> list[list[int | None]] | None:
     """Per operand (inputs, then outputs), the loop dimension each tensor dimension is
     indexed by (None for anything but a plain dimension); None if not a structured op."""
     if "indexing_maps" in op.attributes:
@@ -92,14 +92,14 @@ def _maps(op: ir.Operation) -> list[list[int | None]] | None:
     return [list(m) for m in maps] if maps is not None else None
 
 
-def _iterators(op: ir.Operation, nloops: int) -> list[str]:
+def iterator_types(op: ir.Operation, nloops: int) -> list[str]:
     if "iterator_types" in op.attributes:
         return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
     reductions = {"linalg.matmul": {2}, "linalg.batch_matmul": {3}}[op.name]
     return ["reduction" if d in reductions else "parallel" for d in range(nloops)]
 
 
-def _loop_sizes(op: ir.Operation, maps: list[list[int | None]]) -> list[int] | None:
+def loop_sizes(op: ir.Operation, maps: list[list[int | None]]) -> list[int] | None:
     n = 1 + max((d for m in maps for d in m if d is not None), default=-1)
     sizes: list[int | None] = [None] * n
     for operand, m in zip(op.operands, maps):
@@ -122,18 +122,18 @@ def plan(func: ir.Operation) -> Plan | None:
     root = None
     for v in reversed(returned):
         owner = v.owner
-        if not isinstance(owner, ir.Block) and owner.name.startswith("linalg.") and _maps(owner):
+        if not isinstance(owner, ir.Block) and owner.name.startswith("linalg.") and structured_maps(owner):
             root = owner.operation
             break
     if root is None:
         return None
-    maps = _maps(root)
-    sizes = _loop_sizes(root, maps)
+    maps = structured_maps(root)
+    sizes = loop_sizes(root, maps)
     if sizes is None or len(root.results) == 0:
         return None
     n_in = len(root.operands) - len(root.results)
     out_map = maps[n_in]
-    iterators = _iterators(root, len(sizes))
+    iterators = iterator_types(root, len(sizes))
     elements = 1
     for d in out_map:
         elements *= sizes[d] if d is not None else 1
@@ -185,7 +185,7 @@ def _fusable_producers(ops: list[ir.Operation], root: ir.Operation,
     for op in reversed(ops):
         if op == root or not op.name.startswith("linalg.") or len(op.results) == 0:
             continue
-        maps = _maps(op)
+        maps = structured_maps(op)
         if maps is None:
             continue
         users = []
@@ -201,7 +201,7 @@ def _fusable_producers(ops: list[ir.Operation], root: ir.Operation,
         n_in_op = len(op.operands) - len(op.results)
         consistent = True
         for user, operand_number, result_number in users:
-            umaps = _maps(user)
+            umaps = structured_maps(user)
             dims = tiled[user]
             operand_dims = umaps[operand_number]
             tiled_result_dims = {i for i, d in enumerate(operand_dims) if d in dims}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time as _time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -86,6 +87,11 @@ class Signature:
         Raises:
             OpfuseError: wrong count, shape or dtype, naming the argument.
         """
+        expected = self._expected
+        if len(arrays) == len(expected) and all(
+                type(a) is np.ndarray and a.dtype == dtype and a.shape == shape
+                and a.flags.c_contiguous for a, (shape, dtype) in zip(arrays, expected)):
+            return list(arrays)  # the common case, checked in one pass (per-call cost)
         if len(arrays) != len(self.inputs):
             raise OpfuseError(
                 f"@{self.name} takes {len(self.inputs)} input(s) {self._ins()}, got {len(arrays)}"
@@ -113,6 +119,10 @@ class Signature:
                 )
             checked.append(contiguous(a))
         return checked
+
+    @cached_property
+    def _expected(self) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
+        return tuple((tuple(spec.shape), spec.dtype) for spec in self.inputs)
 
     def _ins(self) -> str:
         return "(" + ", ".join(map(str, self.inputs)) + ")"
