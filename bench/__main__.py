@@ -55,7 +55,9 @@ def limit_threads(threads: int) -> None:
     """Thread limits for numpy's BLAS, torch and XLA; must run before they are imported."""
     if threads <= 0:
         return
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    # OPFUSE_CPU_THREADS: the zoo compiles through torch.compile, which has no threads=
+    # (it ran opfuse on every core against eager on one until 2026-12-02).
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OPFUSE_CPU_THREADS"):
         os.environ[var] = str(threads)
     if threads == 1:
         flags = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
