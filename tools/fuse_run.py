@@ -806,6 +806,7 @@ def summary_json(result: Result) -> dict[str, Any]:
         "signature": str(result.signature),
         "backend": f.exe.backend,
         "threads": f.exe.threads if f.exe.backend == "cpu" else None,
+        "threaded_kernels": list(f.exe.threaded_kernels) if f.exe.backend == "cpu" else None,
         "target": args.target,
         "pipeline": f.exe.report.get("pipeline"),
         "inputs": {"from": "files" if args.inputs is not None else "random",
@@ -850,7 +851,13 @@ def _where(exe: Executable) -> str:
     """``cpu, 2 threads`` (the CPU backend's thread count), or the backend's name."""
     if exe.backend != "cpu":
         return exe.backend
-    return f"cpu, {exe.threads} thread{'s' if exe.threads != 1 else ''}"
+    label = f"cpu, {exe.threads} thread{'s' if exe.threads != 1 else ''}"
+    if exe.threads > 1:
+        threaded, kernels = exe.threaded_kernels
+        if threaded < kernels:
+            label += (f" ({threaded} of {kernels} kernels threaded; the others are under "
+                      "OPFUSE_CPU_PARALLEL_MIN_US)")
+    return label
 
 
 def _table(rows: list[list[str]]) -> list[str]:

@@ -94,3 +94,11 @@ def test_a_bad_threshold_is_named(monkeypatch, bad):
     monkeypatch.setenv("OPFUSE_CPU_PARALLEL_MIN_US", bad)
     with pytest.raises(OpfuseError, match="OPFUSE_CPU_PARALLEL_MIN_US"):
         _lowered(_matmul_tanh(64, 64, 64), threads=2)
+
+
+def test_the_executable_says_how_many_kernels_are_threaded(monkeypatch):
+    monkeypatch.delenv("OPFUSE_CPU_PARALLEL_MIN_US", raising=False)
+    assert opfuse.compile(_matmul_tanh(128, 128, 128), backend="cpu", threads=2).threaded_kernels == (0, 2)
+    assert opfuse.compile(_matmul_tanh(1024, 1024, 1024), backend="cpu",
+                          threads=2).threaded_kernels == (1, 2)  # the matmul, not the tanh
+    assert opfuse.compile(_matmul_tanh(128, 128, 128), backend="cpu", threads=1).threaded_kernels == (2, 2)

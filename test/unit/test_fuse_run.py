@@ -61,8 +61,10 @@ def test_table_on_small_g2(g2, capsys):
     assert err == ""
     lines = out.splitlines()
     threads = cpu_threads.resolve_threads()
-    assert lines[0] == (f"fuse-run: {g2} @g2_elementwise_chain on cpu, "
-                        f"{threads} thread{'s' if threads != 1 else ''}")
+    head = f"fuse-run: {g2} @g2_elementwise_chain on cpu, {threads} thread{'s' if threads != 1 else ''}"
+    if threads > 1:  # G2 at 512x512 is one kernel, too small for the threads (cpu_grain.py)
+        head += " (0 of 1 kernels threaded; the others are under OPFUSE_CPU_PARALLEL_MIN_US)"
+    assert lines[0] == head
     assert lines[1] == "inputs: random uniform [-1, 1), seed 0"
     rows = {line.split("  ")[0]: line.split() for line in lines if line}
     assert rows["kernels"][1:] == ["6", "1", "-5"]
@@ -79,6 +81,11 @@ def test_thread_count_is_reported_and_chosen(g2, capsys, monkeypatch):
     monkeypatch.setenv("OPFUSE_CPU_THREADS", "2")
     rc, doc = run_json(capsys, g2, "--repeat", "0")
     assert rc == 0 and doc["threads"] == 2 and doc["ok"] is True
+    assert doc["threaded_kernels"] == [0, 1]  # one small kernel (cpu_grain.py)
+    monkeypatch.setenv("OPFUSE_CPU_PARALLEL_MIN_US", "0")
+    rc, doc = run_json(capsys, g2, "--repeat", "0")
+    assert rc == 0 and doc["threaded_kernels"] == [1, 1] and doc["ok"] is True
+    monkeypatch.delenv("OPFUSE_CPU_PARALLEL_MIN_US")
     monkeypatch.setenv("OPFUSE_CPU_THREADS", "many")
     assert fuse_run.main([str(g2), "--repeat", "0"]) == 1
     assert "OPFUSE_CPU_THREADS='many'" in capsys.readouterr().err

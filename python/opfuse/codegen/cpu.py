@@ -160,6 +160,10 @@ LOWERING_PIPELINE = pipeline_text(lowering_stages())
 #: Module attribute of the lowered module: the thread count it was compiled for (the
 #: runtime loads the async runtime library when it is above 1).
 THREADS_ATTR = "opfuse.cpu_threads"
+#: ... and how many of its kernels have their tile loops on the threads, of how many
+#: (with more than one thread: the rest are under ``OPFUSE_CPU_PARALLEL_MIN_US``).
+THREADED_KERNELS_ATTR = "opfuse.cpu_threaded_kernels"
+KERNELS_ATTR = "opfuse.cpu_kernels"
 
 
 def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True,
@@ -191,16 +195,27 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True,
     copy = clone_module(module)
     protect_arguments(copy)
     _add_c_interfaces(copy)
-    cpu_grain.mark_sequential_kernels(copy, threads)
+    serial = cpu_grain.mark_sequential_kernels(copy, threads)
+    kernels = len(kernel_functions(copy))
     prepare_loops(copy, fuse_kernels=fuse_kernels, threads=threads)
     cpu_tiling.tile_kernels(copy)
     copy_shared_results(copy)
     prefix_symbols(copy)
     run_stages(copy, lowering_stages(threads))
     _check_lowered(copy)
-    copy.operation.attributes[THREADS_ATTR] = ir.IntegerAttr.get(
-        ir.IntegerType.get_signless(64, copy.context), threads)
+    i64 = ir.IntegerType.get_signless(64, copy.context)
+    copy.operation.attributes[THREADS_ATTR] = ir.IntegerAttr.get(i64, threads)
+    copy.operation.attributes[THREADED_KERNELS_ATTR] = ir.IntegerAttr.get(i64, kernels - serial)
+    copy.operation.attributes[KERNELS_ATTR] = ir.IntegerAttr.get(i64, kernels)
     return copy
+
+
+def threaded_kernels(llvm_module: ir.Module) -> tuple[int, int]:
+    """(kernels whose tile loops run on the threads, kernels) of a lowered module."""
+    attrs = llvm_module.operation.attributes
+    if KERNELS_ATTR not in attrs:
+        return (0, 0)
+    return (ir.IntegerAttr(attrs[THREADED_KERNELS_ATTR]).value, ir.IntegerAttr(attrs[KERNELS_ATTR]).value)
 
 
 def compiled_threads(llvm_module: ir.Module) -> int:

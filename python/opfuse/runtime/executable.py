@@ -359,6 +359,17 @@ class Executable:
                 self._program = cuda.load(self)
         return self._program
 
+    @property
+    def threaded_kernels(self) -> tuple[int, int]:
+        """CPU: (kernels whose tile loops run on the threads, kernels); with more than one
+        thread the others are too small to pay for the hand-off (codegen/cpu_grain.py).
+        Lowers the program if it was not yet."""
+        from ..codegen import cpu as cpu_codegen
+
+        if self.backend != "cpu":
+            return (0, 0)
+        return cpu_codegen.threaded_kernels(self._lower_cpu())
+
     def _lower_cpu(self) -> ir.Module:
         from ..codegen import cpu as cpu_codegen
 
