@@ -100,6 +100,8 @@ def inline_into_gathers(planner: Planner, p: Group, v: ir.Value, targets: list[G
         _collect_extracts(node.op, v, extracts)
         for ex in extracts:
             _inline_at(producer, ex)
+        if extracts:
+            forget(node.op)  # its body changed: its cached description (payload, flops) too
     if not any(True for _ in v.uses):
         forget(producer)
         producer.erase()

@@ -73,3 +73,29 @@ def test_the_padding_mask_gather_reads_the_mask_itself():
     M[1, :3] = 7
     allow = (np.arange(S)[:, None] >= np.arange(S)[None, :])[None, None] & (M[:, None, None, :] != 0)
     assert_everywhere(g, [X, M], [np.where(allow, X, np.float32(-1e9)).astype(np.float32)], kernels=1)
+
+
+def test_a_rewritten_gather_is_described_afresh():
+    """Regression: inlining the cast into the gather's body rewrote the body but left the
+    gather's cached description (payload, flops) as it was, for the rest of the run."""
+    from opfuse.analysis.opinfo import describe_all, info_cache
+    from opfuse.ir import parse_module
+    from passes import fuse_recompute
+
+    g = Graph("hf_mask_only")
+    mask = g.input("mask", (B, S), "i64")
+    as_bool = g.cast(mask, "i8", name="to_bool")
+    batch = g.iota((B, 1, 1, 1), 0, dtype="i64", name="batch_arange")
+    kv = g.iota((1, 1, 1, S), 3, dtype="i64", name="kv_arange")
+    g.output(g.index(as_bool, [batch, kv], name="padding"))
+    module = parse_module(g.to_mlir())
+    func = next(op.operation for op in module.body.operations if op.operation.name == "func.func")
+    with info_cache():
+        describe_all(func, [op.operation for op in func.regions[0].blocks[0].operations])
+        fuse_recompute.run(module)
+        ops = [op.operation for op in func.regions[0].blocks[0].operations]
+        assert "to_bool" not in str(module)  # the cast was computed inside the gather
+        cached = describe_all(func, ops)
+    fresh = describe_all(func, ops)  # no cache: every op described from its IR now
+    for op, c, f in zip(ops, cached, fresh):
+        assert (c.payload, c.flops_per_point) == (f.payload, f.flops_per_point), op.name
