@@ -102,3 +102,24 @@ def test_the_executable_says_how_many_kernels_are_threaded(monkeypatch):
     assert opfuse.compile(_matmul_tanh(1024, 1024, 1024), backend="cpu",
                           threads=2).threaded_kernels == (1, 2)  # the matmul, not the tanh
     assert opfuse.compile(_matmul_tanh(128, 128, 128), backend="cpu", threads=1).threaded_kernels == (2, 2)
+
+
+def test_named_ops_without_iterator_types_are_estimated():
+    """Regression: linalg.elementwise has maps but no iterator_types (a KeyError once, in
+    every random program that had one)."""
+    n = 4096
+    source = f"""
+func.func @f(%a: tensor<{n}xf32>, %b: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+  %e = tensor.empty() : tensor<{n}xf32>
+  %r = linalg.elementwise kind=#linalg.elementwise_kind<add>
+      ins(%a, %b : tensor<{n}xf32>, tensor<{n}xf32>) outs(%e : tensor<{n}xf32>) -> tensor<{n}xf32>
+  return %r : tensor<{n}xf32>
+}}"""
+    module = parse_module(source)
+    func = next(op.operation for op in module.body.operations)
+    assert "linalg.elementwise" in str(func)
+    # 3 x 16 KiB moved, 4096 iterations of one op
+    assert cpu_grain.estimated_us(func) == pytest.approx(1e6 * (3 * 4 * n / 20e9 + n / 10e9))
+    a = np.arange(n, dtype=np.float32)
+    got = opfuse.compile(source, backend="cpu", threads=2)(a, a)
+    np.testing.assert_array_equal(got, a + a)

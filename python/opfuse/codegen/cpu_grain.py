@@ -135,9 +135,12 @@ def _work(op: ir.Operation) -> tuple[bool, float]:
         iterations *= s
     body = [o for o in op.regions[0].blocks[0].operations if o.operation.name != "linalg.yield"] \
         if op.regions and len(op.regions[0].blocks) else []
-    reduces = "reduction" in iterator_types(op, len(sizes))
+    # named ops with maps but no iterator_types (linalg.elementwise, ...) reduce nothing
+    named = op.name in ("linalg.matmul", "linalg.batch_matmul")
+    reduces = (named or "iterator_types" in op.attributes) and \
+        "reduction" in iterator_types(op, len(sizes))
     names = {o.operation.name for o in body}
-    if op.name in ("linalg.matmul", "linalg.batch_matmul") or (
+    if named or (
             reduces and names & {"arith.mulf", "arith.muli"} and names & {"arith.addf", "arith.addi"}):
         return True, 2.0 * iterations
     return False, iterations * max(1, len(body))
