@@ -172,7 +172,8 @@ def run(names: list[str] | None, out: Path, budget_s: float) -> list[dict[str, A
     out.mkdir(parents=True, exist_ok=True)
     (out / "zoo.json").write_text(json.dumps(
         {"schema": "opfuse-zoo/1", "torch": torch.__version__, "transformers": _tf_version(),
-         "threads": torch.get_num_threads(), "opfuse_threads": resolve_threads(), "budget_s": budget_s, "rows": rows}, indent=1) + "\n")
+         "threads": torch.get_num_threads(), "opfuse_threads": resolve_threads(),
+         "budget_s": budget_s, "rows": rows}, indent=1) + "\n")
     (out / "zoo.md").write_text(table(rows))
     return rows
 

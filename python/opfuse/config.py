@@ -104,7 +104,7 @@ CPU_PARALLEL_MIN_US = env(
     "a kernel whose estimated one-thread time is under this many microseconds keeps its "
     "tile loop on the calling thread even when the program has more than one (handing "
     "work to the async runtime's workers cost 50-200 us per loop on the 2-vCPU machines "
-    "measured: codegen/cpu_threads.py); 0 parallelizes every tile loop",
+    "measured: codegen/cpu_grain.py); 0 parallelizes every tile loop",
     default="800",
 )
 TEMP_DIR = env(

@@ -28,7 +28,8 @@ from mlir.dialects import linalg, tensor
 
 from ..errors import OpfuseError
 from ..ir import clone_module, format_location  # noqa: F401  (clone_module re-exported)
-from . import cpu_bf16, cpu_buffers, cpu_grain, cpu_math, cpu_matmul, cpu_reductions, cpu_threads, cpu_tiling
+from . import (cpu_bf16, cpu_buffers, cpu_grain, cpu_math, cpu_matmul, cpu_reductions,
+               cpu_threads, cpu_tiling)
 from .cpu_kernels import (  # noqa: F401  (re-exported: the tests and tools use them here)
     KERNEL_PIPELINE,
     KERNEL_PREFIX,
@@ -79,8 +80,7 @@ def lowering_stages(threads: int = 1) -> list[Stage]:
         # kernels too small to pay for the hand-off (cpu_grain.py); what a
         # tile reads whole (a matmul's B: a subview with constant offsets) moves out of
         # the loop, where the matmul kernels pack it once.
-        Stage("tile-loops", "scf-forall-to-for" if threads == 1
-              else cpu_grain.lower_tile_loops(threads)),
+        Stage("tile-loops", "scf-forall-to-for" if threads == 1 else cpu_grain.lower_tile_loops),
         Stage("hoist-invariants", "loop-invariant-code-motion"),
         # Memref results become out-parameters, the public function's too: the runtime
         # allocates outputs as numpy arrays and the JIT code writes into them. A callee
@@ -215,7 +215,8 @@ def threaded_kernels(llvm_module: ir.Module) -> tuple[int, int]:
     attrs = llvm_module.operation.attributes
     if KERNELS_ATTR not in attrs:
         return (0, 0)
-    return (ir.IntegerAttr(attrs[THREADED_KERNELS_ATTR]).value, ir.IntegerAttr(attrs[KERNELS_ATTR]).value)
+    return (ir.IntegerAttr(attrs[THREADED_KERNELS_ATTR]).value,
+            ir.IntegerAttr(attrs[KERNELS_ATTR]).value)
 
 
 def compiled_threads(llvm_module: ir.Module) -> int:

@@ -23,8 +23,11 @@ the tile loops are lowered (:func:`lower_tile_loops`).
 
 from __future__ import annotations
 
+import math
+
 from mlir import ir
 
+from ..analysis.opinfo import tensor_bytes
 from ..config import CPU_PARALLEL_MIN_US
 from ..errors import OpfuseError
 from .cpu_kernels import kernel_functions
@@ -38,6 +41,7 @@ OPS_PER_S = 10e9
 
 #: Unit attribute of a kernel function whose tile loops stay on the calling thread.
 SEQUENTIAL = "opfuse.cpu.sequential"
+
 
 def parallel_min_us() -> float:
     """``OPFUSE_CPU_PARALLEL_MIN_US`` as a number.
@@ -59,7 +63,7 @@ def parallel_min_us() -> float:
 def estimated_us(func: ir.Operation) -> float:
     """One-thread time of a tensor-level kernel function, in microseconds (an estimate)."""
     ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    moved = sum(_bytes(t) for t in (*ftype.inputs, *ftype.results))
+    moved = sum(tensor_bytes(t) for t in (*ftype.inputs, *ftype.results))
     flops = ops = 0.0
     for op in func.regions[0].blocks[0].operations:
         op = op.operation
@@ -87,36 +91,20 @@ def mark_sequential_kernels(module: ir.Module, threads: int) -> int:
     return marked
 
 
-def lower_tile_loops(threads: int):
-    """The tile-loops stage: ``scf.for`` on one thread; on more, ``scf.for`` in the kernels
-    marked :data:`SEQUENTIAL` and ``scf.parallel`` (for the async runtime) elsewhere."""
-
-    def run(module: ir.Module) -> None:
-        if threads == 1:
-            run_pipeline(module, "builtin.module(scf-forall-to-for)")
-            return
-        for op in module.body.operations:
-            op = op.operation
-            if op.name == "func.func" and SEQUENTIAL in op.attributes:
-                del op.attributes[SEQUENTIAL]
-                run_pipeline(op, "func.func(scf-forall-to-for)")
-        run_pipeline(module, "builtin.module(scf-forall-to-parallel)")
-
-    return run
+def lower_tile_loops(module: ir.Module) -> None:
+    """The tile-loops stage for more than one thread: ``scf.for`` in the kernels marked
+    :data:`SEQUENTIAL`, ``scf.parallel`` (for the async runtime) elsewhere."""
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and SEQUENTIAL in op.attributes:
+            del op.attributes[SEQUENTIAL]
+            run_pipeline(op, "func.func(scf-forall-to-for)")
+    run_pipeline(module, "builtin.module(scf-forall-to-parallel)")
 
 
 def _elements(t: ir.Type) -> int:
-    if not isinstance(t, ir.ShapedType) or not t.has_static_shape:
-        return 0
-    n = 1
-    for d in t.shape:
-        n *= d
-    return n
-
-
-def _bytes(t: ir.Type) -> int:
-    width = getattr(ir.ShapedType(t).element_type, "width", 32) if isinstance(t, ir.ShapedType) else 0
-    return _elements(t) * max(1, width // 8)
+    static = isinstance(t, ir.ShapedType) and t.has_static_shape
+    return math.prod(t.shape) if static else 0
 
 
 def _work(op: ir.Operation) -> tuple[bool, float]:
@@ -130,11 +118,9 @@ def _work(op: ir.Operation) -> tuple[bool, float]:
             per = _elements(filt) / max(1, ir.ShapedType(filt).shape[0])
             return True, 2.0 * elements * per
         return False, float(elements)
-    iterations = 1.0
-    for s in sizes:
-        iterations *= s
-    body = [o for o in op.regions[0].blocks[0].operations if o.operation.name != "linalg.yield"] \
-        if op.regions and len(op.regions[0].blocks) else []
+    iterations = float(math.prod(sizes))
+    blocks = op.regions[0].blocks if op.regions else []
+    body = [o for o in blocks[0].operations if o.operation.name != "linalg.yield"] if len(blocks) else []
     # named ops with maps but no iterator_types (linalg.elementwise, ...) reduce nothing
     named = op.name in ("linalg.matmul", "linalg.batch_matmul")
     reduces = (named or "iterator_types" in op.attributes) and \
