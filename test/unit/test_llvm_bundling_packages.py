@@ -58,3 +58,42 @@ def test_triton_imported_after_cpu_code_does_not_abort():
     proc = _python(RUN_CPU_CODE + "\nimport triton\nprint('triton', triton.__version__)\n")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "triton 3." in proc.stdout
+
+
+RUN_CPU_CODE_ON_THREADS = textwrap.dedent("""
+    import ctypes, threading, time, numpy as np, opfuse
+    from opfuse.builder import Graph
+    g = Graph("t"); x = g.input("x", (4, 8)); g.output(g.tanh(x))
+    programs = [opfuse.compile(g, backend="cpu") for _ in range(3)]  # JIT on first call
+    errors = []
+    def first_call(p):
+        try:
+            assert np.allclose(p(np.ones((4, 8), np.float32)), np.tanh(1.0))
+        except Exception as e:
+            errors.append(e)
+    threads = [threading.Thread(target=first_call, args=(p,)) for p in programs]
+    threads[0].start()
+    time.sleep(1.5)  # the first thread is inside the bundling package's import now
+    [t.start() for t in threads[1:]]; [t.join() for t in threads]
+    print("errors:", errors)
+""")
+
+
+def test_threads_making_their_first_programs_wait_for_the_bundling_package(tmp_path):
+    # The package is in sys.modules from the moment one thread starts importing it: the
+    # others must wait for it to finish before they build an engine (before the fix the
+    # slow stand-in below saw LLVM already global, and the real triton aborted the
+    # process: "Option 'bitcode-mdindex-threshold' registered more than once").
+    fake = tmp_path / "triton"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(textwrap.dedent("""
+        import ctypes, time
+        time.sleep(4.0)  # the other threads' engines would be built meanwhile
+        print("stand-in triton imported; llvm global then:",
+              hasattr(ctypes.CDLL(None), "LLVMContextCreate"))
+    """))
+    proc = _python(RUN_CPU_CODE_ON_THREADS, str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "stand-in triton imported; llvm global then: False" in proc.stdout, proc.stdout
+    assert proc.stdout.count("stand-in triton imported") == 1, proc.stdout
+    assert "errors: []" in proc.stdout, proc.stdout

@@ -28,6 +28,7 @@ from mlir.execution_engine import ExecutionEngine
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 from ..ir import collect_diagnostics
 from ..codegen.cpu import compiled_threads, jit_symbol
+from . import async_workers
 from .executable import Signature, find_entry, signature_of
 
 #: Runtime libraries the JIT code may call: memrefCopy (strided memref.copy) from the C
@@ -81,23 +82,31 @@ def runtime_libraries() -> list[str]:
 LLVM_BUNDLING_PACKAGES = ("triton",)
 
 
+_bundling_lock = threading.Lock()
+
+
 @lru_cache(maxsize=1)
 def load_llvm_bundling_packages() -> tuple[str, ...]:
     """Import :data:`LLVM_BUNDLING_PACKAGES` that are installed (once, before the first
-    engine); returns the ones loaded. One that fails to import is left alone."""
-    loaded = []
-    for name in LLVM_BUNDLING_PACKAGES:
-        if name in sys.modules:
+    engine); returns the ones loaded. One that fails to import is left alone.
+
+    Under a lock, and through the import system even when the package is already in
+    ``sys.modules``: a package another thread is still importing is there half-made, and
+    an engine built before it is done makes LLVM global under it, the abort described
+    above (a stand-in triton saw that when three threads each made their first program:
+    test_llvm_bundling_packages.py).
+    """
+    with _bundling_lock:
+        loaded = []
+        for name in LLVM_BUNDLING_PACKAGES:
+            if name not in sys.modules and importlib.util.find_spec(name) is None:
+                continue
+            try:
+                importlib.import_module(name)  # waits for another thread's import of it
+            except Exception:  # a broken install is its own problem, not a reason to fail
+                continue
             loaded.append(name)
-            continue
-        if importlib.util.find_spec(name) is None:
-            continue
-        try:
-            importlib.import_module(name)
-        except Exception:  # a broken install is its own problem, not a reason to fail here
-            continue
-        loaded.append(name)
-    return tuple(loaded)
+        return tuple(loaded)
 
 
 @lru_cache(maxsize=1)
@@ -113,6 +122,7 @@ def load_async_runtime() -> str:
     Raises:
         OpfuseError: the library is not where the CPU runtime libraries are.
     """
+    load_llvm_bundling_packages()  # the runtime links the wheels' LLVM: those go first
     path = runtime_library_dir() / ASYNC_RUNTIME
     if not path.is_file():
         raise OpfuseError(f"cannot find {ASYNC_RUNTIME} in {path.parent}: multi-threaded CPU "
@@ -235,6 +245,14 @@ class CpuProgram:
                 d.allocated = d.aligned = a.ctypes.data
             self._func(packed)
         return outputs
+
+    def __del__(self) -> None:
+        # A worker of the async runtime may still be returning through this program's
+        # code after its last call returned: the engine goes when none can be
+        # (runtime/async_workers.py).
+        engine = self.__dict__.pop("_engine", None)
+        if engine is not None and getattr(self, "threads", 1) > 1:
+            async_workers.retire(engine)
 
     def bind(self, *arrays: np.ndarray) -> Callable[[], list[np.ndarray]]:
         """Validate and marshal ``arrays`` once; the returned function runs the entry.
