@@ -43,7 +43,7 @@ MEANING = (
     "not cached kernels."
 )
 
-# Modules a GPU codegen would add (ARCHITECTURE.md: codegen/ emitters -> NVVM -> PTX).
+# Modules a GPU codegen would add (docs/architecture.md: codegen/ emitters -> NVVM -> PTX).
 _PTX_MODULES = ("opfuse.codegen.nvptx", "opfuse.codegen.ptx", "opfuse.codegen.ptxas",
                 "opfuse.codegen.nvvm")
 

@@ -154,7 +154,7 @@ def _totals(rows: list[dict]) -> list[dict]:
 
 
 def markdown(section: dict[str, Any]) -> list[str]:
-    """The README/bench.md table: one row per matmul or attention kernel (estimates in µs)."""
+    """The docs/benchmarks.md table: one row per matmul or attention kernel (estimates in µs)."""
     lines = [
         f"Matmul and attention kernels on an {section['device']}: **estimates** from the generated kernels "
         f"(registers from {section['registers_from']}), not measurements; "
@@ -183,7 +183,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
 
 
 def readme_totals(section: dict[str, Any]) -> list[str]:
-    """The README's summary: per graph, dtype and opfuse variant, opfuse's estimate summed
+    """docs/benchmarks.md's summary: per graph, dtype and opfuse variant, opfuse's estimate summed
     over its matmul and attention kernels beside Triton's for the same work (bf16 vs
     Triton bf16; f32 SIMT vs Triton IEEE; f32 TF32 vs Triton TF32), and the roofline."""
     triton = section.get("triton", {})
@@ -208,7 +208,7 @@ def readme_totals(section: dict[str, Any]) -> list[str]:
 
 
 def readme_table(section: dict[str, Any]) -> list[str]:
-    """The README's table: the default variant of each kernel, the other variants'
+    """docs/benchmarks.md's table: the default variant of each kernel, the other variants'
     estimates beside it (bf16: SIMT, wgmma; f32: TF32), and the roofline."""
     other: dict[tuple, list] = {}
     for r in section["kernels"]:

@@ -185,7 +185,7 @@ def _tf_version() -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """The README's table."""
+    """docs/benchmarks.md's table."""
     lines = [
         "| model | kernels unfused → fused | Inductor kernels | ops left eager | max error | "
         "opfuse vs eager time (CPU) |",

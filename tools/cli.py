@@ -1,12 +1,12 @@
 """What the opfuse command-line tools share: argument parsing that never exits with a
 traceback, the pipeline flags (``--pass-pipeline``, ``--disable-pass``, one flag per
 opfuse pass), input reading, and the ``main`` wrapper that turns every failure into one
-``error:`` line and an exit code (ARCHITECTURE.md, "Errors").
+``error:`` line and an exit code (0 ok, 1 user error, 2 internal error; see
+:mod:`opfuse.errors`).
 
-fuse-run uses this module. The helpers were factored out of fuse-opt, which keeps private
-copies for now and can switch to these without a change in behaviour; the one difference:
-:func:`select_pipeline` returns None for "the default pipeline", so that each tool adds
-its own defaults (fuse-opt: ``Pipeline.default(disable=args.disable_pass)``).
+Both fuse-run and fuse-opt use this module (fuse-opt declares its own ``--pass-pipeline``
+and ``--disable-pass`` flags); :func:`select_pipeline` returns None for "the default
+pipeline", so that each tool adds its own defaults.
 """
 
 from __future__ import annotations
@@ -28,6 +28,18 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise OpfuseError(f"{message} (see {self.prog} --help)")
+
+
+def add_version_argument(parser: argparse.ArgumentParser) -> None:
+    """``--version``: opfuse's version and the MLIR wheels it compiles with."""
+    import opfuse
+    from opfuse.codegen.nvptx import toolchain_version
+
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {opfuse.__version__} ({toolchain_version().replace(';', ', ')})",
+    )
 
 
 # --- pipeline flags ---------------------------------------------------------------------

@@ -33,7 +33,7 @@ from opfuse.report import render as render_mod
 from . import cli
 
 # --- stages -------------------------------------------------------------------------------
-# ARCHITECTURE.md: linalg -> fused -> kernels -> nvvm -> ptx -> cubin, and fused -> cpu.
+# docs/architecture.md: linalg -> fused -> kernels -> nvvm -> ptx -> cubin, and fused -> cpu.
 # A stage names its parent and turns the parent's artifact into its own; --emit=NAME
 # computes the chain up to NAME and prints the last artifact (an ir.Module or text).
 # Adding a stage = one entry here (stages must not mutate their parent's artifact, except
@@ -164,6 +164,7 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
+    cli.add_version_argument(p)
     p.add_argument("input", nargs="?", default="-", help="input .mlir file, - for stdin (default)")
     p.add_argument("-o", dest="output", default="-", metavar="FILE", help="output file (default: stdout)")
     p.add_argument("--pass-pipeline", metavar="PIPELINE",

@@ -958,6 +958,7 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
+    cli.add_version_argument(p)
     p.add_argument("input", nargs="?", default="-", help="input .mlir file, - for stdin (default)")
     p.add_argument("--entry", metavar="NAME",
                    help="function to run (default: the only public function)")

@@ -49,7 +49,7 @@ def resolve_backend(backend: str) -> str:
     if backend != "auto":
         return backend
     try:
-        from .runtime import cuda  # noqa: F401  (not there yet: the GPU issue adds it)
+        from .runtime import cuda  # noqa: F401  (imports no CUDA binding until asked)
     except ImportError:
         return "cpu"
     return "cuda" if getattr(cuda, "available", lambda: False)() else "cpu"

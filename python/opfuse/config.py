@@ -1,4 +1,4 @@
-"""Every environment variable opfuse reads, declared once (STYLE.md, rule 4).
+"""Every environment variable opfuse reads, declared once (docs/knobs.md lists them).
 
 Nothing else in the package reads ``os.environ``: code asks the variable declared here,
 at the moment it needs the value (``DUMP_DIR.get()``), so tests and tools that set the
@@ -125,3 +125,25 @@ RANDOM_PROGRAMS = env(
     "(seeds 0..N-1; 150 in CI, 1500 for the full run)",
     default="150",
 )
+
+
+def knobs_markdown() -> str:
+    """docs/knobs.md: every variable above, generated so the page cannot drift
+    (``python -m opfuse.config > docs/knobs.md``; test_knobs_doc.py checks it)."""
+    lines = [
+        "# Knobs",
+        "",
+        "Every environment variable opfuse reads, generated from `python/opfuse/config.py`",
+        "(`python -m opfuse.config > docs/knobs.md`). An empty value counts as unset.",
+        "",
+        "| variable | default | what it does |",
+        "| --- | --- | --- |",
+    ]
+    for var in _DECLARED:
+        default = f"`{var.default}`" if var.default else ""
+        lines.append(f"| `{var.name}` | {default} | {var.doc.replace('|', '&#124;')} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(knobs_markdown(), end="")

@@ -1,4 +1,4 @@
-"""The one exception type users see, and its exit codes (ARCHITECTURE.md, "Errors")."""
+"""The one exception type users see, and its exit codes (docs/architecture.md, "Errors")."""
 
 from __future__ import annotations
 

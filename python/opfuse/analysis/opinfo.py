@@ -26,7 +26,7 @@ from . import scan
 
 
 class OpKind(str, enum.Enum):
-    """The fusion-relevant kind of an op (ARCHITECTURE.md, analysis)."""
+    """The fusion-relevant kind of an op (docs/architecture.md, analysis)."""
 
     ELEMENTWISE = "elementwise"  # all-parallel, computes, reads inputs pointwise (broadcast maps allowed)
     BROADCAST = "broadcast"  # all-parallel copy that replicates its input

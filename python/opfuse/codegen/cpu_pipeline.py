@@ -5,7 +5,7 @@ A :class:`Stage` is one step of :func:`opfuse.codegen.cpu.lowering_stages`: eith
 upstream pass pipeline (text, so ``mlir-opt`` replays it) or a Python rewrite of the
 module (opfuse's own: math approximations, the matmul kernels, the buffer plan, ...).
 Failures of pass pipelines and transform scripts save the IR that entered them and the
-one ``mlir-opt`` command that replays them (STYLE.md, rule 3).
+one ``mlir-opt`` command that replays them (every failure reproducible).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def run_pipeline(target: ir.Module | ir.Operation, pipeline: str) -> None:
     """
     op = target.operation
     ctx = op.context
-    # Saved before running (STYLE.md 3): a failed pipeline leaves the IR half rewritten.
+    # Saved before running: a failed pipeline leaves the IR half rewritten.
     before = op.get_asm(enable_debug_info=True)
     replay = pipeline if op.name == "builtin.module" else f"builtin.module({pipeline})"
     with collect_diagnostics(ctx) as diags:

@@ -3,7 +3,7 @@
     program = compile_module(fused_module, targets=("sm_90",))
     program.kernels["fusion_0_loop"].ptx["sm_90"]; program.schedule.steps
 
-Stages (ARCHITECTURE.md): ``fused`` -> ``kernels`` (one host function with one
+Stages (docs/architecture.md): ``fused`` -> ``kernels`` (one host function with one
 ``gpu.launch`` per fused kernel, :attr:`GpuProgram.kernels_ir`) -> ``nvvm`` -> ``ptx`` ->
 ``cubin`` (when ptxas is there). Each fused function is given to the emitter of its kind,
 then to the fallback if that emitter does not cover it (the reason is kept in

@@ -4,7 +4,7 @@ fuse-opt, fuse-run and ``opfuse.compile`` run :func:`accept` on every module the
 before any pass: a module outside the contract is refused here with
 ``file:line:col: error:`` naming the op and the reason (exit 1), instead of failing later
 inside a pass or the JIT (a traceback, exit 2, an LLVM assertion, a segfault). The
-contract (ARCHITECTURE.md, "IR conventions"), derived from what the passes and both
+contract (docs/architecture.md), derived from what the passes and both
 backends handle:
 
 * functions (``func.func``) of one block; calls only to functions defined in the module,

@@ -1,7 +1,7 @@
 """``Executable``: a compiled program's stages, its signature, and a way to run and time it.
 
 An Executable holds the text of every stage it was built from (``linalg``, ``fused``, ...,
-ARCHITECTURE.md "Data flow") and compiles for its backend on first use, keeping the
+docs/architecture.md) and compiles for its backend on first use, keeping the
 compiled program (for the CPU: the ExecutionEngine) for later calls.
 
 Calling convention:
@@ -29,7 +29,7 @@ from ..errors import OpfuseError
 from ..ir import parse_module, print_module
 from .schedule import DTYPES, bf16_bits_to_float32, contiguous, float32_to_bf16_bits  # noqa: F401
 
-#: Stage names in pipeline order (ARCHITECTURE.md); ``cpu`` is the LLVM-dialect module.
+#: Stage names in pipeline order (docs/architecture.md); ``cpu`` is the LLVM-dialect module.
 STAGES = ("linalg", "fused", "kernels", "nvvm", "ptx", "cubin", "cpu")
 
 #: Stages the CPU backend can compile from, most preferred first.
