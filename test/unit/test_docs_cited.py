@@ -33,6 +33,6 @@ def test_every_cited_document_exists():
     assert _missing() == []
 
 
-def test_the_checker_sees_a_missing_document(tmp_path):
+def test_the_checker_sees_a_missing_document():
     assert CITED.findall("see ARCHITECTURE.md and docs/knobs.md.") == [
         "ARCHITECTURE.md", "docs/knobs.md"]

@@ -94,39 +94,35 @@ def _room(module: str) -> str | None:
     return parts[1] if len(parts) > 1 else None
 
 
-def _known_modules() -> set[str]:
-    return {name for name, _, _ in _modules()}
+def _module_imports() -> list[tuple[str, set[str]]]:
+    """(module, the opfuse modules it imports) for every module, each import resolved to
+    a module: ``from opfuse.x import y`` where y is a function counts as importing x."""
+    modules = list(_modules())
+    known = {name for name, _, _ in modules}
+
+    def resolve(target: str) -> str:
+        while target not in known and "." in target:
+            target = target.rpartition(".")[0]
+        return target
+
+    return [(name, {resolve(t) for t in _imported(name, path, is_package)})
+            for name, path, is_package in modules]
 
 
 def _room_edges() -> dict[str, set[str]]:
-    known = _known_modules()
     edges: dict[str, set[str]] = {}
-    for name, path, is_package in _modules():
+    for name, targets in _module_imports():
         src = _room(name)
-        if src is None:
-            continue
-        for target in _imported(name, path, is_package):
-            # ``from opfuse.x import y`` where y is a function: keep the module x.
-            while target not in known and "." in target:
-                target = target.rpartition(".")[0]
-            dst = _room(target)
-            if dst is not None and dst != src:
+        for dst in map(_room, targets):
+            if None not in (src, dst) and dst != src:
                 edges.setdefault(src, set()).add(dst)
     return edges
 
 
 def _runtime_to_compiler() -> set[tuple[str, str]]:
-    known = _known_modules()
-    pairs = set()
-    for name, path, is_package in _modules():
-        if _room(name) != "runtime":
-            continue
-        for target in _imported(name, path, is_package):
-            while target not in known and "." in target:
-                target = target.rpartition(".")[0]
-            if _room(target) in COMPILER_ROOMS:
-                pairs.add((name.removeprefix("opfuse."), target.removeprefix("opfuse.")))
-    return pairs
+    return {(name.removeprefix("opfuse."), target.removeprefix("opfuse."))
+            for name, targets in _module_imports() if _room(name) == "runtime"
+            for target in targets if _room(target) in COMPILER_ROOMS}
 
 
 def test_the_reader_sees_function_level_imports():
