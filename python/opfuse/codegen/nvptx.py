@@ -1,6 +1,6 @@
 """From kernel functions (``gpu.launch`` in host functions) to PTX.
 
-Two steps, as in ../shared/notes/toolchain.md:
+Two steps:
 
 1. In process: :func:`outline` runs ``gpu-kernel-outlining`` on the kernels module and
    reads back each ``gpu.launch_func``: the kernel symbol and, for every kernel argument,
