@@ -13,8 +13,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from opfuse.frontends.graphs import example_inputs, graphs
-from opfuse.runtime.executable import Signature, float32_to_bf16_bits
+from opfuse.frontends.builder.graphs import example_inputs, graphs
+from opfuse.runtime.signature import Signature
+from opfuse.runtime.schedule import float32_to_bf16_bits
 
 from .peers.models import MODELS
 

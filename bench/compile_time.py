@@ -5,7 +5,7 @@ The stages are the ones ``opfuse.compile`` + the CPU backend run, called one by 
 * ``parse_s``: MLIR text -> verified module (``opfuse.ir.parse_module``, a fresh context);
 * ``fusion_s``: the pipeline (``Pipeline.default()``, or ``opfuse-outline`` alone for the
   unfused baseline), which verifies after every step;
-* ``codegen_s``: ``opfuse.codegen.cpu.lower_to_llvm`` (fused module -> LLVM dialect);
+* ``codegen_s``: ``opfuse.backends.cpu.lower.lower_to_llvm`` (fused module -> LLVM dialect);
 * ``jit_s``: ``CpuProgram`` (ExecutionEngine creation at -O3 + symbol lookup: LLVM
   compiles the whole module here);
 * ``ptxas``: not measured on the CPU backend (see :func:`ptxas_figure`).
@@ -27,10 +27,11 @@ from typing import Any
 
 from opfuse import ir as oir
 from opfuse.api import UNFUSED_PIPELINE
-from opfuse.codegen.cpu import lower_to_llvm
+from opfuse.backends.cpu.lower import lower_to_llvm
 from opfuse.pipeline import Pipeline
 from opfuse.runtime.cpu import CpuProgram
-from opfuse.runtime.executable import find_entry, signature_of
+from opfuse.ir import find_entry
+from opfuse.runtime.signature import signature_of
 
 from .peers import not_available
 
@@ -43,16 +44,15 @@ MEANING = (
     "not cached kernels."
 )
 
-# Modules a GPU codegen would add (docs/architecture.md: codegen/ emitters -> NVVM -> PTX).
-_PTX_MODULES = ("opfuse.codegen.nvptx", "opfuse.codegen.ptx", "opfuse.codegen.ptxas",
-                "opfuse.codegen.nvvm")
+# The GPU backend's lowering modules (docs/architecture.md: emitters -> NVVM -> PTX).
+_PTX_MODULES = ("opfuse.backends.gpu.lower.nvptx", "opfuse.backends.gpu.lower.ptxas")
 
 
 def ptxas_figure() -> dict[str, str]:
     """Why the ptxas stage has no figure in this (CPU backend) run."""
     found = [m for m in _PTX_MODULES if _has_module(m)]
     if not found:
-        return not_available("no GPU codegen yet (opfuse.codegen has no PTX path)")
+        return not_available("no GPU codegen yet (opfuse.backends.gpu has no PTX path)")
     where = shutil.which("ptxas")
     return not_available(
         "CPU backend run: ptxas is not on the CPU compile path (GPU codegen modules "

@@ -21,7 +21,7 @@ from mlir.dialects import arith, func, linalg, tensor
 
 from opfuse.analysis.opinfo import OpKind, describe_all
 from opfuse.ir import make_context
-from opfuse.runtime.executable import find_entry
+from opfuse.ir import find_entry
 
 #: The function's name.
 ENTRY = "contractions_alone"

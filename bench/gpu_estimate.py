@@ -5,7 +5,7 @@ For the matmul graphs (G1, G5, G6, G7) at full size, in f32 and bf16, every matm
 attention kernel opfuse generates is described by what the compiler knows of it (launch
 shape, tile, ``ptxas -v`` registers and shared memory for sm_90 when ptxas is installed,
 the fusion report's FLOPs and bytes) and estimated with
-:func:`opfuse.codegen.estimate.matmul_kernel` or :func:`~opfuse.codegen.estimate.attention_kernel`:
+:func:`opfuse.cost.gpu_time.matmul_kernel` or :func:`~opfuse.cost.gpu_time.attention_kernel`:
 blocks per SM, occupancy, waves, compute and memory time, and the roofline of the problem
 (FLOPs at the dense tensor peak for bf16, at the FFMA peak for f32; bytes at HBM
 bandwidth). Every variant of each kernel is estimated: the default (bf16: tensor cores,
@@ -13,7 +13,7 @@ bandwidth). Every variant of each kernel is estimated: the default (bf16: tensor
 compiled for sm_90a, the warpgroup MMA at the dense tensor peak; f32: TF32 tensor cores,
 for matmuls only: attention has no TF32 kernel, nor a wgmma one), so the gap between them,
 and to the roofline, shows without a GPU. Every figure is an **estimate**
-(the model is in codegen/estimate.py); tools/gpu-check measures the same kernels on a GPU.
+(the model is in cost/gpu_time.py); tools/gpu/gpu-check measures the same kernels on a GPU.
 
 Beside them, ``triton``: the same work as Triton kernels compiled for sm_90 and sm_80
 without a GPU and estimated with the same model (bench/peers/triton_peer.py), or why not
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from opfuse.codegen import estimate
-from opfuse.codegen import ptxas as ptxas_mod
-from opfuse.codegen.gpu import compile_module
-from opfuse.frontends.graphs import graphs
+from opfuse.cost import gpu_time as estimate
+from opfuse.backends.gpu.lower import ptxas as ptxas_mod
+from opfuse.backends.gpu.compiler import compile_module
+from opfuse.frontends.builder.graphs import graphs
 
 GRAPHS = ("g1_mlp", "g5_attention", "g6_encoder_layer", "g7_rmsnorm_swiglu")
 DTYPES = ("bf16", "f32")
@@ -52,7 +52,7 @@ METHOD = (
     "tensor-core kernels, the dense tensor peak for wgmma ones, FFMA otherwise) for the FLOPs "
     "the kernel executes (tiles padded), "
     "against HBM bytes and L2 tile traffic; occupancy from ptxas registers and shared memory "
-    "(codegen/estimate.py); roofline: max(FLOPs / dense peak of the operand type, bytes / "
+    "(cost/gpu_time.py); roofline: max(FLOPs / dense peak of the operand type, bytes / "
     "HBM bandwidth); attention kernels add their exponentials at the SFU rate and skip the "
     "key tiles a causal mask removes"
 )

@@ -167,7 +167,7 @@ def run(names: list[str] | None, out: Path, budget_s: float) -> list[dict[str, A
         print(f"{entry.name:22s} kernels {row['kernels_unfused']:4d} -> {row['kernels_fused']:3d} "
               f"(Inductor {row['inductor_kernels']:3d}) eager {r['eager'] or '-'} "
               f"err {err:.1e} opfuse {opfuse_ms:.2f} ms eager {eager_ms:.2f} ms", flush=True)
-    from opfuse.codegen.cpu_threads import resolve_threads
+    from opfuse.backends.cpu.threads import resolve_threads
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "zoo.json").write_text(json.dumps(

@@ -31,7 +31,8 @@ def check(entry: Any) -> bool:
     import torch
 
     from opfuse import torch_partitions as tp
-    from opfuse.codegen import emulate, ptxas
+    from opfuse.testing.emulator import emulate
+    from opfuse.backends.gpu.lower import ptxas
 
     from .zoo import compile_with_opfuse
 

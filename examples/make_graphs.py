@@ -4,7 +4,7 @@
     python examples/make_graphs.py --check    # exit 1 if a file differs from the builder's
     python examples/make_graphs.py --scale 8 --out /tmp/small
 
-The graphs themselves live in ``opfuse.frontends.graphs`` so that tests can build them
+The graphs themselves live in ``opfuse.frontends.builder.graphs`` so that tests can build them
 (and their numpy references) without reading these files.
 """
 
@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from opfuse.frontends.graphs import graphs
+from opfuse.frontends.builder.graphs import graphs
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = "examples/make_graphs.py"

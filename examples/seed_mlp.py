@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 import opfuse.torch
-from opfuse.codegen.cpu_threads import resolve_threads
+from opfuse.backends.cpu.threads import resolve_threads
 
 
 def seed_model(dim: int) -> nn.Module:

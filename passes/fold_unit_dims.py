@@ -26,7 +26,7 @@ from mlir.passmanager import PassManager
 
 from opfuse.analysis.graph import functions
 from opfuse.analysis.opinfo import invalidate_cache
-from opfuse.contract import unread_inits_to_empty
+from opfuse.frontends.mlir.contract import unread_inits_to_empty
 
 NAME = "opfuse-fold-unit-dims"
 _UPSTREAM = "func.func(linalg-fold-unit-extent-dims)"

@@ -4,7 +4,7 @@ A column reduction reduces axes that are not the innermost ones: mean pooling su
 B x S x H embedding over the sequence S (kept: B x H), a weight norm sums a filter over its
 leading axes. opfuse-fuse-reduction fuses such a reduction's producers only ("reduce while
 computing"): its consumers need the whole reduction first, and a row kernel does not hold a
-column. The column kernel (``codegen/columns.py``) gives each kept point ``k`` to one
+column. The column kernel (``backends/gpu/emit/columns.py``) gives each kept point ``k`` to one
 thread, which loops over the reduced axes; neighbouring threads read neighbouring
 elements, so the loads stay coalesced. Then a thread holds every reduction at its ``k``,
 and this pass merges into the reduction's group, each candidate asking the cost guard:

@@ -5,7 +5,7 @@ separate matmuls over one input: unfused, each kernel reads the LHS again and ea
 launch. Fused, one kernel covers the concatenation of their N ranges, each N tile reading
 its own weight (no weight is copied or concatenated at run time) and applying its own
 epilogue; where an epilogue reads both siblings at the same point (SwiGLU's
-``silu(x @ W1) * (x @ W3)``), one tile computes both and applies it (codegen/horizontal.py).
+``silu(x @ W1) * (x @ W3)``), one tile computes both and applies it (backends/gpu/emit/horizontal.py).
 The CPU backend runs the group as one function.
 
 Candidates: contractions in matmul ("output") groups with one contraction each, whose LHS

@@ -31,7 +31,7 @@ from mlir import ir
 from opfuse.analysis.graph import GROUP_ATTR, FuncGraph, Node, func_graph, functions, value_bytes
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import OpKind, forget, forget_graphs, op_key
-from opfuse.report import ledger
+from opfuse.analysis import ledger
 
 from .common import FusionOptions
 

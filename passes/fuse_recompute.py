@@ -36,7 +36,7 @@ from opfuse import cost
 from opfuse.analysis.graph import GROUP_ATTR, KIND_ATTR, func_graph, functions
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import forget, forget_graphs, op_key
-from opfuse.report import ledger
+from opfuse.analysis import ledger
 
 from .common import FusionOptions
 from .recompute_gathered import dim_of, gathered_cost, gathered_producer, inline_into_gathers

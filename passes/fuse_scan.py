@@ -1,6 +1,6 @@
 """opfuse-fuse-scan: a scan (``cumsum``) absorbs the elementwise groups around it.
 
-A scan kernel (``codegen/scan.py``) gives each row along the scanned axis to a team of
+A scan kernel (``backends/gpu/emit/scan.py``) gives each row along the scanned axis to a team of
 threads that reads every input element once and writes every running sum once, so:
 
 * a loop group that computes the scan's input over the scan's domain (RoBERTa's position

@@ -33,13 +33,46 @@ class Parser(argparse.ArgumentParser):
 def add_version_argument(parser: argparse.ArgumentParser) -> None:
     """``--version``: opfuse's version and the MLIR wheels it compiles with."""
     import opfuse
-    from opfuse.codegen.nvptx import toolchain_version
+    from opfuse.backends.gpu.lower.nvptx import toolchain_version
 
     parser.add_argument(
         "--version",
         action="version",
         version=f"%(prog)s {opfuse.__version__} ({toolchain_version().replace(';', ', ')})",
     )
+
+
+# --- codegen flags ----------------------------------------------------------------------
+
+
+def add_codegen_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--matmul`` and ``--allow-tf32``: the GPU backend's choices
+    (:class:`opfuse.backends.options.CodegenOptions`; default: the environment's)."""
+    from opfuse.backends.options import MATMUL_MODES  # noqa: PLC0415
+
+    parser.add_argument(
+        "--matmul", metavar="MODE",
+        help=f"GPU matmul kernels: {', '.join(MATMUL_MODES)}, or per kernel "
+        f"'fusion_3_output=simt,auto' (default ${config.MATMUL.name}, else auto)")
+    parser.add_argument(
+        "--allow-tf32", action="store_true", default=None,
+        help=f"f32 GPU matmuls may use TF32 tensor cores (default ${config.ALLOW_TF32.name}, off)")
+
+
+def add_timing_argument(parser: argparse.ArgumentParser) -> None:
+    """``--timing``: wall time per compile stage on stderr at the end (like --mlir-timing)."""
+    parser.add_argument("--timing", action="store_true",
+                        help="print the wall time of every compile stage on stderr at the end")
+
+
+def codegen_options(args: argparse.Namespace):
+    """The CodegenOptions the flags ask for; None when neither flag is given (the
+    environment decides, when the GPU program is built). A bad --matmul fails here."""
+    from opfuse.backends.options import CodegenOptions  # noqa: PLC0415
+
+    if args.matmul is None and args.allow_tf32 is None:
+        return None
+    return CodegenOptions.resolve(args.matmul, args.allow_tf32)
 
 
 # --- pipeline flags ---------------------------------------------------------------------
@@ -150,7 +183,7 @@ def select_pipeline(
 
 
 def add_contract_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--max-tensor-bytes``: the input contract's size limit (opfuse.contract)."""
+    """``--max-tensor-bytes``: the input contract's size limit (opfuse.frontends.mlir.contract)."""
     parser.add_argument(
         "--max-tensor-bytes", type=_size, metavar="SIZE",
         help="refuse inputs with a tensor (argument, result or intermediate) larger than "
@@ -159,7 +192,7 @@ def add_contract_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _size(text: str) -> int:
-    from opfuse.contract import parse_bytes  # noqa: PLC0415
+    from opfuse.frontends.mlir.contract import parse_bytes  # noqa: PLC0415
 
     try:
         return parse_bytes(text, "--max-tensor-bytes")
@@ -169,7 +202,7 @@ def _size(text: str) -> int:
 
 def parse_and_accept(text: str, filename: str, args: argparse.Namespace, ctx: Any = None):
     """Parse the input and check it against the input contract (before any pass runs)."""
-    from opfuse import contract  # noqa: PLC0415
+    from opfuse.frontends.mlir import contract  # noqa: PLC0415
 
     module = oir.parse_module(text, ctx, filename=filename)
     return contract.accept(module, filename=filename,

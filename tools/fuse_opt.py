@@ -27,17 +27,18 @@ from opfuse import config
 from opfuse import ir as oir
 from opfuse import pipeline as pl
 from opfuse.errors import EXIT_OK, OpfuseError
-from opfuse.report import ledger as ledger_mod
+from opfuse.analysis import ledger as ledger_mod
+from opfuse.driver import progress, stages
 from opfuse.report import render as render_mod
 
 from . import cli
 
-# --- stages -------------------------------------------------------------------------------
-# docs/architecture.md: linalg -> fused -> kernels -> nvvm -> ptx -> cubin, and fused -> cpu.
-# A stage names its parent and turns the parent's artifact into its own; --emit=NAME
-# computes the chain up to NAME and prints the last artifact (an ir.Module or text).
-# Adding a stage = one entry here (stages must not mutate their parent's artifact, except
-# "fused", which rewrites the parsed module in place and keeps a copy when a report needs it).
+# --- stages ---------------------------------------------------------------------------
+# The stage graph is the driver's (opfuse.driver.stages): each stage names its parent;
+# --emit=NAME computes the chain up to NAME and prints the last artifact (an ir.Module,
+# text or bytes). BUILDERS turns a parent's artifact into a stage's (they must not mutate
+# the parent's artifact, except "fused", which rewrites the parsed module in place and
+# keeps a copy when a report needs it).
 
 
 @dataclass
@@ -55,18 +56,11 @@ class Job:
 
     def get(self, stage: str) -> Any:
         if stage not in self.artifacts:
-            spec = STAGES[stage]
+            spec = stages.get(stage)
             parent = self.get(spec.parent) if spec.parent else None
-            self.artifacts[stage] = spec.build(self, parent)
+            with progress.stage(stage):
+                self.artifacts[stage] = BUILDERS[stage](self, parent)
         return self.artifacts[stage]
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    parent: str | None
-    help: str
-    build: Callable[[Job, Any], Any]
 
 
 def _parse(job: Job, _: None) -> ir.Module:
@@ -89,40 +83,40 @@ def _fuse(job: Job, module: ir.Module) -> ir.Module:
 
 
 def _gpu(stage: str) -> Callable[[Job, Any], Any]:
-    """A GPU codegen stage (opfuse.codegen.stages), built from the fused module."""
+    """A GPU codegen stage (opfuse.driver.compile), built from the fused module."""
 
     def build(job: Job, module: ir.Module) -> Any:
-        from opfuse.codegen import stages as gpu_stages  # noqa: PLC0415  (loaded on demand)
+        from opfuse.driver import compile as gpu_stages  # noqa: PLC0415  (loaded on demand)
 
         if stage == "bundle":
             targets = job.args.target.split(",") if job.args.target else ["sm_80", "sm_90"]
-            return gpu_stages.bundle_bytes(module, targets)
-        return getattr(gpu_stages, stage)(module, job.args.target or "sm_90")
+            return gpu_stages.bundle_bytes(module, targets, options=cli.codegen_options(job.args))
+        return getattr(gpu_stages, stage)(module, job.args.target or "sm_90",
+                                          options=cli.codegen_options(job.args))
 
     return build
 
 
-STAGES: dict[str, Stage] = {
-    s.name: s
-    for s in (
-        Stage("linalg", None, "the input as parsed", _parse),
-        Stage("fused", "linalg", "after the fusion pipeline (default)", _fuse),
-        Stage("kernels", "fused", "one gpu.launch per fused kernel (GPU codegen)", _gpu("kernels")),
-        Stage("nvvm", "fused", "the kernels lowered to the NVVM (LLVM) dialect", _gpu("nvvm")),
-        Stage("ptx", "fused", "PTX of every kernel", _gpu("ptx")),
-        Stage("cubin", "fused", "ptxas -v figures per kernel (needs ptxas)", _gpu("cubin")),
-        Stage("bundle", "fused", "AOT bundle: kernels, host schedule, CPU library (-o FILE)",
-              _gpu("bundle")),
-    )
+def _cpu(job: Job, module: ir.Module) -> ir.Module:
+    """The CPU backend's LLVM-dialect module."""
+    from opfuse.backends.cpu import lower as cpu_lower  # noqa: PLC0415  (loaded on demand)
+
+    return cpu_lower.lower_to_llvm(module)
+
+
+BUILDERS: dict[str, Callable[[Job, Any], Any]] = {
+    "linalg": _parse,
+    "fused": _fuse,
+    **{name: _gpu(name) for name in ("kernels", "nvvm", "ptx", "cubin", "bundle")},
+    "cpu": _cpu,
 }
+assert BUILDERS.keys() == stages.STAGES.keys(), "a stage without a builder"
+
+STAGES = stages.STAGES
 
 
 def _chain(stage: str) -> list[str]:
-    names = []
-    while stage:
-        names.append(stage)
-        stage = STAGES[stage].parent
-    return names[::-1]
+    return stages.chain(stage)
 
 
 def _print_artifact(artifact: Any, debug_info: bool) -> str | bytes:
@@ -148,7 +142,7 @@ def _epilog(registry: dict[str, Any]) -> str:
     lines.append(f"default pipeline:\n  {pl.Pipeline.default()}")
     lines.append("")
     lines.append("stages for --emit:")
-    lines += [f"  {s.name:8} {s.help}" for s in STAGES.values()]
+    lines += stages.help_lines()
     lines.append("")
     lines.append("environment:")
     lines += [f"  {v.name:18} {v.doc}" for v in config.declared()]
@@ -197,6 +191,8 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
                    help="the fusion guard uses ptxas -v registers of each candidate kernel "
                    "instead of the estimate (needs ptxas; default pipeline only), and the "
                    "report gets every kernel's ptxas figures")
+    cli.add_codegen_arguments(p)
+    cli.add_timing_argument(p)
     cli.add_contract_arguments(p)
     group = p.add_argument_group(
         "opfuse passes (run in command-line order; --NAME=\"key=value ...\")"
@@ -223,6 +219,10 @@ def _select_pipeline(args: argparse.Namespace, flags: list[tuple[str, str]]) -> 
     if chosen is not None:
         return chosen
     extra = {"measure_registers": True} if args.measure_registers else {}
+    if args.measure_registers:
+        from opfuse.backends.gpu import measure  # noqa: PLC0415  (the GPU backend: ptxas)
+
+        measure.install()
     return pl.Pipeline.default(disable=args.disable_pass, **extra)
 
 
@@ -242,7 +242,7 @@ def _process(job: Job) -> tuple[str | None, dict[str, Any] | None]:
     report["source"] = job.filename
     report["pipeline"] = str(job.pipeline)
     if args.measure_registers:
-        from opfuse.codegen import stages as gpu_stages  # noqa: PLC0415
+        from opfuse.driver import compile as gpu_stages  # noqa: PLC0415
         from opfuse.report.summary import attach_measured  # noqa: PLC0415
 
         chip = args.target or pipeline_target(job.pipeline)
@@ -268,6 +268,7 @@ def _run(argv: list[str]) -> int:
     args = parser.parse_args(cli.long_options(parser, rest))
     if args.emit not in STAGES:
         raise OpfuseError(f"unknown stage '{args.emit}' for --emit (stages: {', '.join(STAGES)})")
+    cli.codegen_options(args)  # a bad --matmul fails before any work
     if args.opfuse_report and "fused" not in _chain(args.emit):
         raise OpfuseError(
             f"--opfuse-report needs the fusion pipeline: use --emit={args.emit} without it, "
@@ -281,6 +282,20 @@ def _run(argv: list[str]) -> int:
     chunks = oir.split_input(text) if args.split_input_file else [(text, 1)]
     ctx = oir.make_context()
 
+    timing = progress.Timing() if args.timing else None
+    with progress.run("fuse-opt", timing=timing):
+        status, outputs, reports = _process_chunks(args, ctx, chunks, filename, pipeline)
+    if timing is not None:
+        sys.stderr.write(timing.table())
+    body = _assemble(args, outputs, reports)
+    if body or status == EXIT_OK:
+        _write_output(args.output, body)
+    return status
+
+
+def _process_chunks(args: argparse.Namespace, ctx: ir.Context, chunks, filename: str,
+                    pipeline: pl.Pipeline) -> tuple[int, list[Any], list[dict[str, Any]]]:
+    """(exit status, printed stages, reports) of every input chunk."""
     outputs: list[str] = []
     reports: list[dict[str, Any]] = []
     status = EXIT_OK
@@ -298,11 +313,7 @@ def _run(argv: list[str]) -> int:
             reports.append(report)
         else:
             outputs.append(out)
-
-    body = _assemble(args, outputs, reports)
-    if body or status == EXIT_OK:
-        _write_output(args.output, body)
-    return status
+    return status, outputs, reports
 
 
 def _assemble(args: argparse.Namespace, outputs: list[Any], reports: list[dict[str, Any]]) -> str | bytes:

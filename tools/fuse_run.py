@@ -26,317 +26,54 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import statistics
 import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from mlir import ir
 
-import opfuse
+import opfuse  # noqa: F401  (tests patch fuse_run.opfuse.compile)
 from opfuse import config
 from opfuse import pipeline as pl
 from opfuse.api import BACKENDS
+from opfuse.driver import progress
 from opfuse.errors import EXIT_OK, OpfuseError
-from opfuse.report import ledger as ledger_mod
 from opfuse.report import render as render_mod
-from opfuse.runtime.schedule import contiguous
-from opfuse.runtime.executable import (
-    Executable,
-    Signature,
-    TensorSpec,
-    bf16_bits_to_float32,
-    find_entry,
-    float32_to_bf16_bits,
-    signature_of,
+from opfuse.ir import find_entry
+from opfuse.runtime.signature import Signature, signature_of
+from opfuse.harness.bisect import Bisection
+from opfuse.harness.compare import (
+    EXIT_MISMATCH,
+    INT_HIGH,
+    INT_LOW,
+    RANDOM_HIGH,
+    RANDOM_LOW,
+    TOLERANCES,
+    check_memory,
+    compare,
+    default_tolerance,
+    input_paths,
+    load_inputs,
+    random_inputs,
 )
+from opfuse.harness.programs import Program, build_program  # noqa: F401  (Program: re-exported)
+from opfuse.harness.run_summary import Result, _json_safe, _num, summary_json, summary_lines
+from opfuse.harness.timing import time_interleaved
 
 # Imported here, not on first use inside opfuse.compile, so that the "compile + JIT" row
 # of the first program compiled measures compilation rather than module imports.
-from opfuse.codegen import cpu as _cpu_codegen  # noqa: F401
+from opfuse.backends.cpu import lower as _cpu_codegen  # noqa: F401
 from opfuse.runtime import cpu as _cpu_runtime  # noqa: F401
 
 from . import cli
 
-EXIT_MISMATCH = 3
-
-#: Default (rtol, atol) per element type; an element passes when
-#: |fused - unfused| <= atol + rtol * |unfused| (numpy.isclose), NaN equal to NaN.
-#: In f32, fused and unfused run the same ops in the same order per element today
-#: (bit-identical on G1-G8); these leave room for what fusion may legitimately change:
-#: reassociated reductions and contracted multiply-adds, a few ulps over a kernel. In f16
-#: and bf16 a fused kernel may also skip rounding its intermediates to the element type
-#: (seen: 1-ulp differences on a bf16 add-exp-mul chain), hence a few ulps of those types.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "f64": (1e-12, 1e-14),
-    "f32": (1e-5, 1e-6),
-    "f16": (1e-2, 1e-3),
-    "bf16": (2e-2, 1e-2),
-}
-#: Integer outputs must match exactly.
-EXACT = (0.0, 0.0)
-
-#: Random inputs: floats uniform in [RANDOM_LOW, RANDOM_HIGH), drawn in float64 and rounded
-#: to the element type (as ``Graph.random_inputs`` does); integers uniform in
-#: [INT_LOW, INT_HIGH). One generator per run, inputs drawn in argument order.
-RANDOM_LOW, RANDOM_HIGH = -1.0, 1.0
-INT_LOW, INT_HIGH = -8, 8
-
 DEFAULT_REPEAT = 3
 DEFAULT_WARMUP = 0
 
-#: Elements compared per step (bounds the float64 temporaries on large outputs).
-_CHUNK = 1 << 20
 
-
-# --- inputs -------------------------------------------------------------------------------
-
-
-def random_inputs(signature: Signature, seed: int) -> list[np.ndarray]:
-    """Seeded random inputs for ``signature`` (see RANDOM_LOW/HIGH, INT_LOW/HIGH); bf16
-    inputs are uint16 bit patterns."""
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for spec in signature.inputs:
-        if spec.element_type == "bf16":
-            values = rng.uniform(RANDOM_LOW, RANDOM_HIGH, spec.shape).astype(np.float32)
-            arrays.append(float32_to_bf16_bits(values))
-        elif np.issubdtype(spec.dtype, np.floating):
-            arrays.append(rng.uniform(RANDOM_LOW, RANDOM_HIGH, spec.shape).astype(spec.dtype))
-        else:
-            arrays.append(rng.integers(INT_LOW, INT_HIGH, spec.shape, dtype=spec.dtype))
-    return arrays
-
-
-def _nbytes(spec: TensorSpec) -> int:
-    return math.prod(spec.shape) * spec.dtype.itemsize
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available now (MemAvailable on Linux), or None when unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_memory(signature: Signature) -> None:
-    """Refuse a run whose inputs and outputs (fused and unfused) alone need more memory
-    than the machine has available, before allocating any of it (numpy would raise
-    MemoryError, or the kernel's OOM killer end the process)."""
-    need = sum(_nbytes(s) for s in signature.inputs) + 2 * sum(
-        _nbytes(s) for s in signature.outputs)
-    have = available_memory()
-    if have is not None and need > have:
-        gib = 2**30
-        raise OpfuseError(
-            f"@{signature.name}: its inputs and the fused and unfused outputs need "
-            f"{need / gib:.3g} GiB, more than the {have / gib:.3g} GiB of memory available "
-            "here")
-
-
-def input_paths(text: str, signature: Signature) -> list[Path]:
-    """The files ``--inputs`` names: a comma-separated list, or one directory holding
-    ``in0.npy``, ``in1.npy``, ... (what --save-outputs writes)."""
-    items = [s.strip() for s in text.split(",")]
-    if any(not s for s in items):
-        raise OpfuseError(f"--inputs: empty file name in '{text}'")
-    if len(items) == 1 and Path(items[0]).is_dir():
-        return [Path(items[0]) / f"in{i}.npy" for i in range(len(signature.inputs))]
-    if len(items) != len(signature.inputs):
-        raise OpfuseError(
-            f"--inputs: @{signature.name} takes {len(signature.inputs)} input(s) "
-            f"({_types(signature.inputs)}), got {len(items)} file(s)"
-        )
-    return [Path(s) for s in items]
-
-
-def load_inputs(paths: Sequence[Path], signature: Signature) -> list[np.ndarray]:
-    """Load and check one ``.npy`` per input (exact dtype and shape, no casts)."""
-    return [_check_input(_load_npy(p), spec, i, p) for i, (p, spec) in
-            enumerate(zip(paths, signature.inputs))]
-
-
-def _load_npy(path: Path) -> np.ndarray:
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(6)
-        if magic[:2] == b"PK":  # a zip archive: np.savez's .npz
-            raise OpfuseError(f"--inputs: {path} is an .npz archive; pass one .npy per input")
-        if magic != b"\x93NUMPY":
-            raise OpfuseError(f"--inputs: {path} is not a .npy file (no .npy header)")
-        return np.load(path, allow_pickle=False)
-    except OSError as e:
-        raise OpfuseError(f"--inputs: cannot read {path}: {e.strerror or e}") from None
-    except ValueError as e:  # object arrays (pickles), truncated or corrupt files
-        raise OpfuseError(f"--inputs: cannot load {path}: {e}") from None
-
-
-def _check_input(array: np.ndarray, spec: TensorSpec, index: int, path: Path) -> np.ndarray:
-    what = f"--inputs: {path} (input #{index}, {spec})"
-    if spec.element_type == "bf16" and array.dtype.name == "bfloat16":
-        array = array.view(np.uint16)  # ml_dtypes.bfloat16: the same bits
-    if array.dtype != spec.dtype:
-        hint = ""
-        if spec.element_type == "bf16":
-            hint = (" (bf16 inputs are uint16 bit patterns: see "
-                    "opfuse.runtime.executable.float32_to_bf16_bits)")
-        raise OpfuseError(f"{what}: dtype {array.dtype}, expected {spec.dtype}{hint}")
-    if tuple(array.shape) != spec.shape:
-        raise OpfuseError(f"{what}: shape {tuple(array.shape)}, expected {spec.shape}")
-    return contiguous(array)
-
-
-def _types(specs: Sequence[TensorSpec]) -> str:
-    return ", ".join(map(str, specs)) or "none"
-
-
-# --- comparing ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Fused against unfused for one output.
-
-    Attributes:
-        max_abs: max |fused - unfused| (NaN if only one side is NaN somewhere).
-        max_rel: max |fused - unfused| / |unfused| over elements where unfused != 0
-            (elements where it is 0 are judged by max_abs and atol).
-        mismatches: elements outside ``atol + rtol * |unfused|``.
-        elements: elements compared.
-        rtol, atol: the tolerance applied.
-        worst: index of the worst mismatching element, with (fused, unfused) there.
-    """
-
-    max_abs: float
-    max_rel: float
-    mismatches: int
-    elements: int
-    rtol: float
-    atol: float
-    worst: tuple[tuple[int, ...], float, float] | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.mismatches == 0
-
-
-def default_tolerance(element_type: str) -> tuple[float, float]:
-    """(rtol, atol) for outputs of this element type (TOLERANCES; integers exact)."""
-    return TOLERANCES.get(element_type, EXACT)
-
-
-def as_float64(array: np.ndarray, element_type: str) -> np.ndarray:
-    """Values as float64 (bf16 bit patterns decoded)."""
-    if element_type == "bf16":
-        array = bf16_bits_to_float32(array)
-    return np.asarray(array, dtype=np.float64)
-
-
-def compare(
-    fused: np.ndarray, unfused: np.ndarray, element_type: str, rtol: float, atol: float
-) -> Comparison:
-    """Compare two outputs of the same shape and element type, chunk by chunk."""
-    f, u = fused.reshape(-1), unfused.reshape(-1)
-    max_abs = max_rel = 0.0
-    mismatches, worst, worst_diff = 0, None, -1.0
-    for start in range(0, f.size, _CHUNK):
-        fc = as_float64(f[start : start + _CHUNK], element_type)
-        uc = as_float64(u[start : start + _CHUNK], element_type)
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            same = (fc == uc) | (np.isnan(fc) & np.isnan(uc))  # also equal infinities
-            diff = np.where(same, 0.0, np.abs(fc - uc))  # NaN where one side is NaN
-            bad = ~(same | (diff <= atol + rtol * np.abs(uc)))
-            rel = np.where(~same & (uc != 0), diff / np.abs(uc), 0.0)
-        max_abs = _nan_max(max_abs, float(diff.max()))
-        max_rel = _nan_max(max_rel, float(rel.max()))
-        n_bad = int(np.count_nonzero(bad))
-        if n_bad:
-            mismatches += n_bad
-            score = np.where(bad, np.nan_to_num(diff, nan=np.inf), -1.0)
-            i = int(np.argmax(score))
-            if score[i] > worst_diff:
-                worst_diff = float(score[i])
-                index = tuple(int(k) for k in np.unravel_index(start + i, fused.shape))
-                worst = (index, float(fc[i]), float(uc[i]))
-    return Comparison(max_abs, max_rel, mismatches, int(f.size), rtol, atol, worst)
-
-
-def _nan_max(a: float, b: float) -> float:
-    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
-
-
-# --- programs -----------------------------------------------------------------------------
-
-
-@dataclass
-class Program:
-    """One compiled variant (fused or unfused), bound to the run's inputs."""
-
-    label: str
-    exe: Executable
-    compile_s: float
-    run: Callable[[], list[np.ndarray]]
-    times: list[float] = field(default_factory=list)
-
-    @property
-    def totals(self) -> dict[str, int]:
-        return self.exe.report["totals"]["after"]
-
-
-def build_program(
-    label: str,
-    module: Any,
-    inputs: Sequence[np.ndarray],
-    *,
-    fuel: int | None = None,
-    **compile_args: Any,
-) -> Program:
-    """Compile (``opfuse.compile``), JIT and bind ``inputs`` once: ``run()`` then calls the
-    compiled code only, writing the same output arrays each time.
-
-    Args:
-        fuel: apply only the first ``fuel`` fusions (None: all).
-        **compile_args: for ``opfuse.compile``; with ``dump_dir``, the lowered CPU module is
-            dumped next to the pipeline's stages.
-    """
-    t0 = time.perf_counter()
-    with ledger_mod.fuel_limit(fuel):
-        exe = opfuse.compile(module, **compile_args)
-    # Executable has no public bind() yet; its programs do (the CPU program, and the cuda
-    # runtime's contract in executable.py). Binding once keeps validation, marshalling and
-    # the first touch of fresh output pages out of every timed call.
-    run = exe._compiled().bind(*inputs)
-    compile_s = time.perf_counter() - t0
-    if compile_args.get("dump_dir") is not None and exe.backend == "cpu":
-        dump_stage(Path(compile_args["dump_dir"]), "cpu", exe.ir("cpu"))
-    return Program(label, exe, compile_s, run)
-
-
-def dump_stage(root: Path, stage: str, text: str) -> None:
-    """Add ``NN-<stage>.mlir`` after the pipeline's last step in the one run folder the
-    pipeline made under ``root`` (fuse-run gives every program a root of its own)."""
-    runs = [d for d in root.iterdir() if d.is_dir()] if root.is_dir() else []
-    if len(runs) != 1:
-        return
-    steps = [f for f in runs[0].glob("[0-9][0-9]-*.mlir")]
-    try:
-        (runs[0] / f"{len(steps):02d}-{stage}.mlir").write_text(text)
-    except OSError as e:
-        raise OpfuseError(f"cannot write the {stage} dump under {runs[0]}: {e.strerror}") from None
+# --- dumps and saved files ------------------------------------------------------------------
 
 
 def dump_folders(args: argparse.Namespace, stem: str) -> Path | None:
@@ -351,23 +88,6 @@ def dump_folders(args: argparse.Namespace, stem: str) -> Path | None:
         return Path(tempfile.mkdtemp(prefix=f"{stem}-fuse-run-", dir=root))
     except OSError as e:
         raise OpfuseError(f"cannot create dump folder in {root}: {e.strerror}") from None
-
-
-def time_interleaved(programs: Sequence[Program], repeat: int, warmup: int) -> None:
-    """Append ``repeat`` timed calls to each program's ``times``, alternating the order
-    (A B, B A, ...) so that drift and order effects fall on both alike."""
-    for _ in range(warmup):
-        for p in programs:
-            p.run()
-    for i in range(repeat):
-        for p in programs if i % 2 == 0 else programs[::-1]:
-            device_time = getattr(p.run, "device_time", None)
-            if device_time is not None:  # cuda: kernels only, timed with CUDA events
-                p.times.append(device_time())
-                continue
-            t0 = time.perf_counter()
-            p.run()
-            p.times.append(time.perf_counter() - t0)
 
 
 def _make_folder(folder: Path) -> None:
@@ -390,23 +110,6 @@ def save_arrays(folder: Path, inputs: Sequence[np.ndarray], outputs: Sequence[np
 
 
 # --- the run ------------------------------------------------------------------------------
-
-
-@dataclass
-class Result:
-    """Everything fuse-run measured, for the table and for --json."""
-
-    args: argparse.Namespace
-    filename: str
-    signature: Signature
-    inputs_from: str
-    unfused: Program
-    fused: Program
-    checks: list[Comparison]
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
 
 
 def _run_bundle(args: argparse.Namespace) -> int:
@@ -448,6 +151,17 @@ def _run(argv: list[str]) -> int:
     if args.bundle:
         return _run_bundle(args)
     _check_args(args)
+    cli.codegen_options(args)  # a bad --matmul fails before any work
+    timing = progress.Timing() if args.timing else None
+    try:
+        with progress.run("fuse-run", timing=timing):
+            return _run_checked(args, flags)
+    finally:
+        if timing is not None:
+            sys.stderr.write(timing.table())
+
+
+def _run_checked(args: argparse.Namespace, flags: list[tuple[str, str]]) -> int:
     pipeline = cli.select_pipeline(args, flags)
     text, filename = cli.read_input(args.input)
     module = cli.parse_and_accept(text, filename, args)
@@ -462,7 +176,8 @@ def _run(argv: list[str]) -> int:
 
     dumps = dump_folders(args, Path(filename).stem if filename != "<stdin>" else "stdin")
     common = dict(backend=args.backend, target=args.target, entry=signature.name,
-                  max_tensor_bytes=args.max_tensor_bytes, threads=args.threads)
+                  max_tensor_bytes=args.max_tensor_bytes, threads=args.threads,
+                  matmul=args.matmul, allow_tf32=args.allow_tf32)
     if pipeline is not None:
         fused_args: dict[str, Any] = dict(pipeline=pipeline)
     else:
@@ -474,10 +189,14 @@ def _run(argv: list[str]) -> int:
     if args.bisect:
         run = Bisection(args, filename, signature, inputs, inputs_from, module, where,
                         {**common, **fused_args}, common)
-        return run.report(run.search())
-    unfused = build_program("unfused", module, inputs, fusion=False, **common, **where("unfused"))
-    fused = build_program("fused", module, inputs, fuel=args.fusion_fuel, **common,
-                          **fused_args, **where("fused"))
+        error = run.report(run.search())
+        return cli.print_error(error) if error is not None else EXIT_OK
+    with progress.stage("unfused program"):
+        unfused = build_program("unfused", module, inputs, fusion=False, **common,
+                                **where("unfused"))
+    with progress.stage("fused program"):
+        fused = build_program("fused", module, inputs, fuel=args.fusion_fuel, **common,
+                              **fused_args, **where("fused"))
     fused.exe.report["source"] = filename
 
     # The checked run, each program's first call: it also warms up the JIT code and the
@@ -491,7 +210,8 @@ def _run(argv: list[str]) -> int:
     ]
     if args.save_outputs:
         save_arrays(Path(args.save_outputs), inputs, outs_fused)
-    time_interleaved([unfused, fused], args.repeat, args.warmup)
+    with progress.stage("timed runs"):
+        time_interleaved([unfused, fused], args.repeat, args.warmup)
 
     result = Result(args, filename, signature, inputs_from, unfused, fused, checks)
     if args.report and args.report not in render_mod.FORMATS:
@@ -610,121 +330,6 @@ def write_report_dir(folder: Path, report: dict[str, Any]) -> None:
         raise OpfuseError(f"--report: cannot write under {folder}: {e.strerror or e}") from None
 
 
-# --- bisection over the fusion fuel -------------------------------------------------------------
-
-
-@dataclass
-class Trial:
-    """One fused program compiled with ``fuel`` fusions, checked against the unfused one."""
-
-    fuel: int | None
-    checks: list[Comparison]
-    report: dict[str, Any]
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
-
-    @property
-    def applied(self) -> int:
-        return max((d.get("step") or 0 for d in self.report["decisions"]), default=0)
-
-    def line(self) -> str:
-        fuel = "all" if self.fuel is None else str(self.fuel)
-        if self.ok:
-            return f"  fuel {fuel:>4}: ok"
-        bad = next(c for c in self.checks if not c.ok)
-        index = self.checks.index(bad)
-        return (f"  fuel {fuel:>4}: MISMATCH (output #{index}: {bad.mismatches} of "
-                f"{bad.elements} elements differ, max abs {_num(bad.max_abs)})")
-
-
-class Bisection:
-    """``fuse-run --bisect``: the smallest fuel N whose fused program differs from the
-    unfused one; the N-th fusion applied is the first that changes the results."""
-
-    def __init__(self, args: argparse.Namespace, filename: str, signature: Signature,
-                 inputs: list[np.ndarray], inputs_from: str, module: Any,
-                 where: Callable[[str], dict[str, Any]], fused_args: dict[str, Any],
-                 common: dict[str, Any]) -> None:
-        self.args, self.filename, self.signature = args, filename, signature
-        self.inputs, self.inputs_from, self.module = inputs, inputs_from, module
-        self.where, self.fused_args = where, fused_args
-        unfused = build_program("unfused", module, inputs, fusion=False, **common,
-                                **where("unfused"))
-        self.reference = [a.copy() for a in unfused.run()]
-        self.backend = unfused.exe.backend
-        self.trials: list[Trial] = []
-
-    def trial(self, fuel: int | None) -> Trial:
-        name = "fused" if fuel is None else f"fuel-{fuel}"
-        program = build_program(name, self.module, self.inputs, fuel=fuel, **self.fused_args,
-                                **self.where(name))
-        checks = [
-            compare(f, u, spec.element_type,
-                    *(self.args.tolerance or default_tolerance(spec.element_type)))
-            for f, u, spec in zip(program.run(), self.reference, self.signature.outputs)
-        ]
-        result = Trial(fuel, checks, program.exe.report)
-        self.trials.append(result)
-        return result
-
-    def search(self) -> int | None:
-        """The step of the first fusion that makes the outputs differ; 0 when they differ
-        with no fusion at all; None when the full fused program agrees."""
-        full = self.trial(None)
-        if full.ok:
-            return None
-        if not self.trial(0).ok:
-            return 0
-        lo, hi = 0, full.applied  # fuel lo agrees; fuel hi (all fusions: the full run) differs
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if not self.trial(mid).ok else (mid, hi)
-        return hi
-
-    def report(self, step: int | None) -> int:
-        # Planning is deterministic, so the full run's first N fusions are those of the run
-        # with fuel N: the culprit's ledger entries are read from the full run.
-        full = self.trials[0]
-        lines = [f"fuse-run --bisect: {self.filename} @{self.signature.name} on {self.backend}",
-                 f"inputs: {self.inputs_from}",
-                 f"fusions applied by the full pipeline: {full.applied}", "trials:"]
-        lines += [t.line() for t in self.trials]
-        doc: dict[str, Any] = {"file": self.filename, "entry": self.signature.name,
-                               "fusions": full.applied,
-                               "trials": [{"fuel": t.fuel, "ok": t.ok} for t in self.trials],
-                               "first_bad_fusion": None, "decisions": []}
-        error = None
-        if step is None:
-            lines.append(f"all {full.applied} fusions keep the outputs within the tolerance")
-        elif step == 0:
-            lines.append("the outputs differ with no fusion applied (fuel 0): the difference "
-                         "comes from the pipeline's other passes, not from a fusion")
-            error = OpfuseError("fused and unfused outputs differ even with --fusion-fuel=0",
-                                exit_code=EXIT_MISMATCH)
-        else:
-            culprit = [d for d in full.report["decisions"] if d.get("step") == step]
-            doc["first_bad_fusion"], doc["decisions"] = step, culprit
-            lines.append(f"first fusion that changes the results beyond the tolerance: "
-                         f"#{step} of {full.applied}")
-            lines += [f"  {render_mod.decision_line(d)}" for d in culprit]
-            lines.append(f"reproduce: fuse-run {self.filename} --fusion-fuel={step} (differs), "
-                         f"--fusion-fuel={step - 1} (agrees)")
-            what = culprit[0] if culprit else {}
-            error = OpfuseError(
-                f"fusion #{step} changes the results beyond the tolerance: "
-                f"[{what.get('pass_name', '?')}] {what.get('producer', '?')} -> "
-                f"{what.get('consumer', '?')} at {what.get('location', '?')}",
-                exit_code=EXIT_MISMATCH)
-        if self.args.json:
-            sys.stdout.write(json.dumps(_json_safe(doc), indent=2) + "\n")
-        else:
-            sys.stdout.write("\n".join(lines) + "\n")
-        sys.stdout.flush()
-        return cli.print_error(error) if error is not None else EXIT_OK
-
-
 # --- output -------------------------------------------------------------------------------
 
 
@@ -740,162 +345,6 @@ def _print(result: Result) -> None:
         sys.stdout.write(f"report: {Path(args.report) / 'report.html'} "
                          "(and report.json, report.txt)\n")
     sys.stdout.flush()
-
-
-def summary_lines(result: Result) -> list[str]:
-    """The human-readable summary: a header line, the comparison table, the checks."""
-    u, f = result.unfused, result.fused
-    lines = [
-        f"fuse-run: {result.filename} @{result.signature.name} on {_where(f.exe)}",
-        f"inputs: {result.inputs_from}",
-        "",
-    ]
-    rows = [
-        ["", "unfused", "fused", "change"],
-        ["kernels", str(u.totals["kernels"]), str(f.totals["kernels"]),
-         _delta(f.totals["kernels"] - u.totals["kernels"])],
-        ["device bytes", _bytes(u.totals["bytes"]), _bytes(f.totals["bytes"]),
-         _percent(u.totals["bytes"], f.totals["bytes"])],
-        ["flops", render_mod.human_flops(u.totals["flops"]),
-         render_mod.human_flops(f.totals["flops"]),
-         _percent(u.totals["flops"], f.totals["flops"])],
-    ]
-    if f.totals.get("copy_bytes") and f.exe.backend == "cpu":
-        # arguments the program writes after reading them: copied, the caller's are read-only
-        rows.append(["input copies", _bytes(u.totals.get("copy_bytes", 0)),
-                     _bytes(f.totals["copy_bytes"]), ""])
-    rows += [
-        ["compile + JIT", _seconds(u.compile_s), _seconds(f.compile_s), ""],
-    ]
-    if result.args.repeat:
-        for name, stat in (("median", statistics.median), ("min", min)):
-            tu, tf = stat(u.times), stat(f.times)
-            rows.append([f"time {name}", _seconds(tu), _seconds(tf), _speedup(tu, tf)])
-    lines += _table(rows)
-    if result.args.repeat:
-        warmup = result.args.warmup
-        extra = f" and {warmup} warm-up call{'s' if warmup != 1 else ''}" if warmup else ""
-        repeat = result.args.repeat
-        calls = f"{repeat} call{'s' if repeat != 1 else ''}"
-        lines.append(f"timing: {calls} of each, fused and unfused interleaved, "
-                     f"after the checked run{extra}")
-    else:
-        lines.append("timing: skipped (--repeat 0)")
-    lines.append("")
-    rows = [["output", "type", "max abs", "max rel", "rtol", "atol", "check"]]
-    for i, (c, spec) in enumerate(zip(result.checks, result.signature.outputs)):
-        check = "ok" if c.ok else f"MISMATCH ({c.mismatches} of {c.elements})"
-        rows.append([f"#{i}", str(spec), _num(c.max_abs), _num(c.max_rel), f"{c.rtol:g}",
-                     f"{c.atol:g}", check])
-    return lines + _table(rows)
-
-
-def summary_json(result: Result) -> dict[str, Any]:
-    """Every figure of the run, machine-readable (times in seconds, bytes exact)."""
-    args, u, f = result.args, result.unfused, result.fused
-
-    def program(p: Program) -> dict[str, Any]:
-        out: dict[str, Any] = {**p.totals, "compile_s": p.compile_s, "times_s": p.times}
-        if p.times:
-            out.update(median_s=statistics.median(p.times), min_s=min(p.times))
-        return out
-
-    doc: dict[str, Any] = {
-        "file": result.filename,
-        "entry": result.signature.name,
-        "signature": str(result.signature),
-        "backend": f.exe.backend,
-        "threads": f.exe.threads if f.exe.backend == "cpu" else None,
-        "threaded_kernels": list(f.exe.threaded_kernels) if f.exe.backend == "cpu" else None,
-        "target": args.target,
-        "pipeline": f.exe.report.get("pipeline"),
-        "inputs": {"from": "files" if args.inputs is not None else "random",
-                   "seed": None if args.inputs is not None else args.seed,
-                   "description": result.inputs_from},
-        "repeat": args.repeat,
-        "warmup": args.warmup,
-        "unfused": program(u),
-        "fused": program(f),
-        "outputs": [
-            {"index": i, "type": str(spec), "max_abs": c.max_abs, "max_rel": c.max_rel,
-             "rtol": c.rtol, "atol": c.atol, "mismatches": c.mismatches,
-             "elements": c.elements, "ok": c.ok,
-             "worst": None if c.worst is None else
-             {"index": list(c.worst[0]), "fused": c.worst[1], "unfused": c.worst[2]}}
-            for i, (c, spec) in enumerate(zip(result.checks, result.signature.outputs))
-        ],
-        "ok": result.ok,
-    }
-    if f.times:
-        doc["speedup"] = {"median": statistics.median(u.times) / statistics.median(f.times),
-                          "min": min(u.times) / min(f.times)}
-    if args.report == "json":
-        doc["report"] = f.exe.report
-    elif args.report:
-        doc["report_dir"] = str(args.report)
-    return doc
-
-
-def _json_safe(value: Any) -> Any:
-    """Non-finite floats as strings ("nan", "inf"), so the output is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def _where(exe: Executable) -> str:
-    """``cpu, 2 threads`` (the CPU backend's thread count), or the backend's name."""
-    if exe.backend != "cpu":
-        return exe.backend
-    label = f"cpu, {exe.threads} thread{'s' if exe.threads != 1 else ''}"
-    if exe.threads > 1:
-        threaded, kernels = exe.threaded_kernels
-        if threaded < kernels:
-            label += (f" ({threaded} of {kernels} kernels threaded; the others are under "
-                      "OPFUSE_CPU_PARALLEL_MIN_US)")
-    return label
-
-
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-
-
-def _delta(n: int) -> str:
-    return f"{n:+d}" if n else "0"
-
-
-def _bytes(n: int) -> str:
-    return f"{render_mod.human_bytes(n)} ({n} B)" if n >= 1024 else f"{n} B"
-
-
-def _percent(before: float, after: float) -> str:
-    if before == after:
-        return "0%"
-    return f"{(after - before) / before * 100:+.1f}%" if before else "n/a"
-
-
-def _seconds(t: float) -> str:
-    if t >= 1:
-        return f"{t:.2f} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.1f} ms"
-    return f"{t * 1e6:.1f} us"
-
-
-def _speedup(unfused: float, fused: float) -> str:
-    if fused <= 0:
-        return "n/a"
-    ratio = unfused / fused
-    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{ratio:.2f}x (slower)"
-
-
-def _num(x: float) -> str:
-    return "0" if x == 0 else f"{x:.3g}"
 
 
 # --- command line -------------------------------------------------------------------------
@@ -970,6 +419,8 @@ def build_parser(registry: dict[str, Any]) -> argparse.ArgumentParser:
     p.add_argument("--target", default="sm_90",
                    help="GPU the cost model plans for (default: sm_90; applies to the default "
                    "pipeline: in --pass-pipeline, give target= to each pass)")
+    cli.add_codegen_arguments(p)
+    cli.add_timing_argument(p)
     cli.add_contract_arguments(p)
     g = p.add_argument_group("inputs and outputs")
     g.add_argument("--seed", type=int, metavar="N",

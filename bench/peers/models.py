@@ -2,7 +2,7 @@
 
 Each function takes ``ops`` (one of :mod:`bench.peers.numpy_ops`, ``torch_ops``,
 ``jax_ops``) and the graph's inputs positionally, in the order of the builder graph's
-inputs (``opfuse.frontends.graphs``), and returns the one output. Shapes come from the
+inputs (``opfuse.frontends.builder.graphs``), and returns the one output. Shapes come from the
 inputs, so every scale works.
 
 Composite ops (``gelu``, ``softmax``, ``layernorm``, ``rms_norm``, ``silu``,

@@ -12,8 +12,8 @@ of the ptxas run Triton makes, its bundled ptxas with its flags, which Triton pr
 metadata, dynamic), and which tensor-core instructions and copies its PTX has
 (``wgmma``, ``mma.sync``, ``cp.async``, TMA's ``cp.async.bulk.tensor``).
 
-The H200 estimate is :func:`opfuse.codegen.estimate.matmul_kernel` /
-:func:`~opfuse.codegen.estimate.attention_kernel` — the very functions opfuse's kernels are
+The H200 estimate is :func:`opfuse.cost.gpu_time.matmul_kernel` /
+:func:`~opfuse.cost.gpu_time.attention_kernel` — the very functions opfuse's kernels are
 estimated with — fed Triton's launch shape, tile, registers, shared memory, FLOPs and bytes,
 so opfuse vs Triton is one model on both sides. What that model cannot represent is said in
 the row (``model_notes``): it has no ``wgmma`` rate (Hopper's warpgroup MMA, which Triton
@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from opfuse.codegen import estimate
+from opfuse.cost import gpu_time as estimate
 
 GRAPHS = ("g1_mlp", "g5_attention", "g6_encoder_layer", "g7_rmsnorm_swiglu")
 #: Triton precisions per graph dtype, and the opfuse variant (bench/gpu_estimate.py) each
@@ -98,7 +98,7 @@ CONFIG_CHOICE = (
     "autotuner times them on a GPU instead)"
 )
 METHOD = (
-    "estimate, not a measurement: opfuse's own model (codegen/estimate.py matmul_kernel / "
+    "estimate, not a measurement: opfuse's own model (cost/gpu_time.py matmul_kernel / "
     "attention_kernel) fed the Triton kernel's launch shape, tile, registers and spills "
     "(the -v log of Triton's own ptxas run), shared memory (its metadata), FLOPs "
     "(2 M N K per product; attention 2 B H T T (D + Dv)) and bytes (each tensor argument "
@@ -154,8 +154,8 @@ class Launch:
 
 def launches(graph: str, dtype: str, precision: str, scale: int = 1) -> list[Launch]:
     """The Triton launches for one graph's matmul and attention work, at the sizes of
-    ``opfuse.frontends.graphs.graphs(scale, dtype)[graph]``."""
-    from opfuse.frontends.graphs import graphs
+    ``opfuse.frontends.builder.graphs.graphs(scale, dtype)[graph]``."""
+    from opfuse.frontends.builder.graphs import graphs
 
     shapes = {t.name: t.shape for t in graphs(scale=scale, dtype=dtype)[graph].inputs}
     elem = 2 if dtype == "bf16" else 4
@@ -263,7 +263,7 @@ def grid(launch: Launch, config: Config) -> tuple[int, int, int]:
 
 
 def estimate_meta(launch: Launch, config: Config, kind: str | None) -> dict:
-    """The KernelSpec-like facts :mod:`opfuse.codegen.estimate` reads (as opfuse's
+    """The KernelSpec-like facts :mod:`opfuse.cost.gpu_time` reads (as opfuse's
     emitters record them): the tile, the problem, the operand type, the MMA kind."""
     operands = "bf16" if launch.dtype == "bf16" else "f32"
     if launch.is_attention:
@@ -396,7 +396,7 @@ def _compile(kernel: str, sig: dict, consts: dict, attrs: dict, config: Config,
     from triton.compiler import ASTSource
 
     from opfuse import tempdirs
-    from opfuse.codegen import ptxas
+    from opfuse.backends.gpu.lower import ptxas
 
     from . import triton_kernels
 
@@ -436,7 +436,7 @@ def section(names=GRAPHS, dtypes=("bf16", "f32"), scale: int = 1,
         from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
     except ImportError as e:
         return {"not_available": f"triton not installed ({e}); pip install '.[bench]'"}
-    from opfuse.codegen import ptxas
+    from opfuse.backends.gpu.lower import ptxas
 
     dev = dev or estimate.device("sm_90")
     rows, failed = [], []

@@ -15,7 +15,7 @@ from typing import Any
 from .errors import OpfuseError
 
 __all__ = ["OpfuseError", "compile", "Pipeline", "Executable"]
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402,F401
 
 
 def __getattr__(name: str) -> Any:
@@ -28,7 +28,7 @@ def __getattr__(name: str) -> Any:
 
         return Pipeline
     if name == "Executable":
-        from .runtime.executable import Executable
+        from .driver.executable import Executable
 
         return Executable
     raise AttributeError(f"module 'opfuse' has no attribute {name!r}")

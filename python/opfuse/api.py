@@ -8,13 +8,15 @@ from typing import Any
 
 from mlir import ir
 
-from . import contract
+from .frontends.mlir import contract
 from . import ir as oir
+from .backends.options import CodegenOptions
 from .errors import EXIT_INTERNAL_ERROR, OpfuseError
 from .pipeline import Pipeline
-from .report import ledger as ledger_mod
+from .analysis import ledger as ledger_mod
 from .report.summary import build_report
-from .runtime.executable import Executable
+from .driver import progress
+from .driver.executable import Executable
 
 #: Without fusion the program is still outlined, one kernel per op: the unfused baseline is
 #: compiled and measured exactly like the fused one.
@@ -26,7 +28,7 @@ BACKENDS = ("auto", "cpu", "cuda")
 def load_source(source: Any, ctx: ir.Context | None = None, *,
                 limits: contract.Limits | None = None) -> ir.Module:
     """A module from a path, MLIR text, an ``ir.Module`` (copied) or a builder Graph,
-    checked against the input contract (:func:`opfuse.contract.accept`)."""
+    checked against the input contract (:func:`opfuse.frontends.mlir.contract.accept`)."""
     if isinstance(source, ir.Module):
         module = oir.parse_module(oir.print_module(source, debug_info=True), ctx or source.context)
         name = "<module>"
@@ -66,6 +68,8 @@ def compile(  # noqa: A001  (the public name the issue asks for)
     entry: str | None = None,
     max_tensor_bytes: int | str | None = None,
     threads: int | None = None,
+    matmul: str | None = None,
+    allow_tf32: bool | None = None,
     **pass_options: Any,
 ) -> Executable:
     """Compile ``source`` with the fusion pipeline and return a runnable Executable.
@@ -83,6 +87,11 @@ def compile(  # noqa: A001  (the public name the issue asks for)
         threads: threads of the CPU backend's parallel tile loops (default
             ``OPFUSE_CPU_THREADS``, else every usable core; 1: single-threaded code);
             ``Executable.threads`` says what was used.
+        matmul: the GPU matmul kernels (``auto``, ``mma``, ``wgmma``, ``simt``, or per
+            kernel ``fusion_3_output=simt,auto``; default ``OPFUSE_MATMUL``, else auto):
+            :mod:`opfuse.backends.options`.
+        allow_tf32: f32 GPU matmuls may use TF32 tensor cores (default
+            ``OPFUSE_ALLOW_TF32``, off).
         **pass_options: options for every default pass that has them (``delta=0.2``,
             ``r_limit=64``, ``disable=("opfuse-fuse-reduction",)``).
 
@@ -96,8 +105,11 @@ def compile(  # noqa: A001  (the public name the issue asks for)
             original exception is its ``__cause__``).
     """
     try:
+        # None: the environment decides when the GPU program is built, as it always has.
+        explicit = matmul is not None or allow_tf32 is not None
+        codegen = CodegenOptions.resolve(matmul, allow_tf32, target) if explicit else None
         return _compile(source, backend, target, pipeline, fusion, dump_dir, entry,
-                        max_tensor_bytes, threads, pass_options)
+                        max_tensor_bytes, threads, codegen, pass_options)
     except OpfuseError:
         raise
     except RecursionError as e:
@@ -110,18 +122,26 @@ def compile(  # noqa: A001  (the public name the issue asks for)
 def _compile(source: Any, backend: str, target: str, pipeline: Pipeline | str | None,
              fusion: bool, dump_dir: str | os.PathLike | None, entry: str | None,
              max_tensor_bytes: int | str | None, threads: int | None,
-             pass_options: dict[str, Any]) -> Executable:
+             codegen: CodegenOptions | None, pass_options: dict[str, Any]) -> Executable:
     if isinstance(max_tensor_bytes, str):
         max_tensor_bytes = contract.parse_bytes(max_tensor_bytes, "max_tensor_bytes")
-    module = load_source(source, limits=contract.Limits(max_tensor_bytes))
-    linalg_text = oir.print_module(module, debug_info=True)
-    before = oir.parse_module(linalg_text, module.context)
+    with progress.stage("linalg"):
+        module = load_source(source, limits=contract.Limits(max_tensor_bytes))
+        linalg_text = oir.print_module(module, debug_info=True)
+        before = oir.parse_module(linalg_text, module.context)
     pipe = _choose_pipeline(pipeline, fusion, target, pass_options)
-    ledger = pipe.run(module, dump_dir=dump_dir)
-    report = build_report(before, module, ledger, target=target)
+    if any(getattr(getattr(s, "options", None), "measure_registers", False) for s in pipe.steps):
+        from .backends.gpu import measure  # the GPU backend's ptxas measurement, asked for
+
+        measure.install()
+    with progress.stage("fused"):
+        ledger = pipe.run(module, dump_dir=dump_dir)
+    with progress.stage("report"):
+        report = build_report(before, module, ledger, target=target)
     report["pipeline"] = str(pipe)
     return Executable({"linalg": linalg_text, "fused": module}, entry,
-                      backend=resolve_backend(backend), report=report, threads=threads)
+                      backend=resolve_backend(backend), report=report, threads=threads,
+                      codegen=codegen)
 
 
 def _choose_pipeline(pipeline: Pipeline | str | None, fusion: bool, target: str,

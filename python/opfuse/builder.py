@@ -1,3 +1,3 @@
-"""The Python graph builder: ``from opfuse.builder import Graph`` (see frontends/builder.py)."""
+"""The Python graph builder: ``from opfuse.builder import Graph`` (see frontends/builder/graph.py)."""
 
-from .frontends.builder import DTYPES, Graph, Tensor  # noqa: F401
+from .frontends.builder.graph import DTYPES, Graph, Tensor  # noqa: F401

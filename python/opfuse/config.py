@@ -86,6 +86,11 @@ ALLOW_TF32 = env(
     "OPFUSE_ALLOW_TF32",
     "let f32 GPU matmuls use TF32 tensor cores (off by default, like PyTorch's allow_tf32)",
 )
+PROGRESS = env(
+    "OPFUSE_PROGRESS",
+    "1: fuse-opt and fuse-run print a line per compile stage on stderr once a compile has "
+    "run over a second; 0: never (default: only when stderr is a terminal)",
+)
 MAX_TENSOR_BYTES = env(
     "OPFUSE_MAX_TENSOR_BYTES",
     "the input contract refuses any tensor (argument, result, intermediate) larger than "
@@ -104,7 +109,7 @@ CPU_PARALLEL_MIN_US = env(
     "a kernel whose estimated one-thread time is under this many microseconds keeps its "
     "tile loop on the calling thread even when the program has more than one (handing "
     "work to the async runtime's workers cost 50-200 us per loop on the 2-vCPU machines "
-    "measured: codegen/cpu_grain.py); 0 parallelizes every tile loop",
+    "measured: backends/cpu/grain.py); 0 parallelizes every tile loop",
     default="800",
 )
 TEMP_DIR = env(

@@ -327,3 +327,34 @@ def walk_nested(op: ir.Operation) -> Iterator[ir.Operation]:
                         for inner in block.operations]
             children.reverse()
             stack.extend(children)
+
+
+def find_entry(module: ir.Module, entry: str | None = None) -> ir.Operation:
+    """The entry ``func.func``: ``entry`` by name, else the only public function with a body.
+
+    Raises:
+        OpfuseError: no such function, or several public candidates and no name given.
+    """
+    funcs = {}
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and len(op.regions[0].blocks) > 0:
+            funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
+    if entry is not None:
+        if entry not in funcs:
+            raise OpfuseError(f"no function @{entry} in the module (have: {_names(funcs)})")
+        return funcs[entry]
+    public = [
+        name
+        for name, op in funcs.items()
+        if "sym_visibility" not in op.attributes
+        or ir.StringAttr(op.attributes["sym_visibility"]).value == "public"
+    ]
+    if len(public) != 1:
+        what = f"several public functions ({_names(public)})" if public else "no public function"
+        raise OpfuseError(f"cannot choose an entry function: {what}; name one with entry=")
+    return funcs[public[0]]
+
+
+def _names(names) -> str:
+    return ", ".join("@" + n for n in names) or "none"

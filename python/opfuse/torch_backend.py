@@ -2,7 +2,7 @@
 
 Both export the model (or Dynamo's FX graph) with ``torch.export`` and opfuse's
 decompositions, split the ATen graph into the largest partitions opfuse supports and the
-ops it does not (:mod:`opfuse.frontends.torch_partition`), compile every partition with
+ops it does not (:mod:`opfuse.frontends.torch.partition`), compile every partition with
 :func:`opfuse.compile` and run the split graph: compiled partitions on opfuse's backend,
 the ops left eager in PyTorch between them (:mod:`opfuse.torch_partitions`, which also
 says how tensors cross). A model with one unsupported op still gets every other fusion;
@@ -45,8 +45,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from e
 
 from .errors import OpfuseError
-from .frontends.torch import example_args, export, export_fx
-from .frontends.torch import example_kwargs as _example_kwargs
+from .frontends.torch.importer import example_args, export, export_fx
+from .frontends.torch.importer import example_kwargs as _example_kwargs
 from .torch_partitions import (
     TORCH_DTYPES,
     FallbackWarning,

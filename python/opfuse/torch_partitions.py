@@ -1,5 +1,5 @@
 """A partitioned PyTorch program: every partition opfuse supports compiled and fused, the ops
-left eager run by PyTorch between them (``opfuse.frontends.torch_partition`` splits the
+left eager run by PyTorch between them (``opfuse.frontends.torch.partition`` splits the
 graph; this module compiles the partitions and runs the split graph).
 
 ``PartitionedProgram(program, **options)`` takes an exported program (after opfuse's
@@ -29,9 +29,9 @@ import torch
 
 from . import api
 from .errors import OpfuseError
-from .frontends.torch import ImportedGraph, _op_name, _where, import_graph_module
-from .frontends.torch_partition import EagerOp, partition
-from .runtime.executable import Executable
+from .frontends.torch.importer import ImportedGraph, _op_name, _where, import_graph_module
+from .frontends.torch.partition import EagerOp, partition
+from .driver.executable import Executable
 
 # element types of the IR -> torch dtypes (the importer's i8 values are always booleans)
 TORCH_DTYPES = {

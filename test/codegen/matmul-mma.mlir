@@ -5,7 +5,7 @@
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #col = affine_map<(d0, d1) -> (d1)>
 
-// bf16 Linear + bias + ReLU: one tensor-core kernel (codegen/matmul_mma.py). Slabs of A
+// bf16 Linear + bias + ReLU: one tensor-core kernel (backends/gpu/emit/matmul_mma.py). Slabs of A
 // and B go global -> shared with cp.async (the prologue fills the first stages, one commit
 // per stage); each K step waits for its slab, takes one barrier, refills the oldest stage,
 // then every warp loads fragments with ldmatrix (.trans for B, whose rows run along N)

@@ -6,7 +6,7 @@
 #col = affine_map<(d0, d1) -> (d1)>
 
 // The bf16 Linear + bias + ReLU of matmul-mma.mlir with matmul=wgmma on sm_90a
-// (codegen/matmul_wgmma.py): one warpgroup per 64 rows of the block tile. Slabs go global ->
+// (backends/gpu/emit/matmul_wgmma.py): one warpgroup per 64 rows of the block tile. Slabs go global ->
 // shared with cp.async into the core-matrix layout; each K step waits for its slab, fences
 // the generic proxy (the copies) for wgmma's async proxy, takes one barrier, refills the
 // stage whose wgmma group is done, then wgmma.fence, two mma_async (k16 each) reading A and

@@ -4,7 +4,7 @@
 
 // opfuse-fuse-columns: a reduction over a non-innermost axis (a column reduction) takes its
 // consumers and the small producers it reads through a broadcast, as one `columns` kernel
-// (one thread per kept point walks its column: codegen/columns.py).
+// (one thread per kept point walks its column: backends/gpu/emit/columns.py).
 
 // The zoo's embedding classifier as the torch importer writes it (masked mean pooling,
 // then Linear): sum_1 sums the masked embeddings over the sequence (2x8x32 -> 2x32), the

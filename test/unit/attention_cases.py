@@ -20,7 +20,7 @@ import pytest
 
 import opfuse
 from opfuse.builder import Graph
-from opfuse.codegen import cpu_attention_tiles
+from opfuse.backends.cpu import attention_tiles as cpu_attention_tiles
 
 #: Tolerances against the float64 reference, per dtype (accumulation is f32 everywhere;
 #: f16/bf16 round S, the scaled scores and O to their type like the unfused graph does).
@@ -119,7 +119,7 @@ def inputs(g: Graph, c: Case, seed: int = 0) -> list[np.ndarray]:
 
 def device_args(c: Case, args: list[np.ndarray]) -> list[np.ndarray]:
     """The arrays a compiled program takes: bf16 values as their 16-bit patterns."""
-    from opfuse.runtime.executable import float32_to_bf16_bits
+    from opfuse.runtime.schedule import float32_to_bf16_bits
 
     if c.dtype != "bf16":
         return args
@@ -128,7 +128,7 @@ def device_args(c: Case, args: list[np.ndarray]) -> list[np.ndarray]:
 
 def host_values(c: Case, out: np.ndarray) -> np.ndarray:
     """A compiled program's result as values (bf16 bits back to float32)."""
-    from opfuse.runtime.executable import bf16_bits_to_float32
+    from opfuse.runtime.schedule import bf16_bits_to_float32
 
     return bf16_bits_to_float32(out) if c.dtype == "bf16" else np.asarray(out)
 

@@ -1,4 +1,4 @@
-"""A stand-in for the GPU, for tools/gpu-check's tests (``--stub this_file:make_driver``).
+"""A stand-in for the GPU, for tools/gpu/gpu-check's tests (``--stub this_file:make_driver``).
 
 :class:`StubDriver` implements opfuse's :class:`~opfuse.runtime.cuda_driver.Driver` over
 host memory. A launch runs the kernel's function from the bundle's CPU library (the same
@@ -8,7 +8,7 @@ only count (a kernel's inputs do not change between timing launches). CUDA event
 written to ``<folder>/stub-log/<key>.json`` at exit, for the tests to read.
 
 :func:`make_torch` stands in for torch's CUDA calls the same way (the attention
-section's SDPA, tools/gpu_check_attention.py): CPU torch computes, events, memsets and
+section's SDPA, tools/gpu/gpu_check_attention.py): CPU torch computes, events, memsets and
 synchronizes go into the driver's log, an SDPA call between events is 10 µs.
 
 Planted failures (the factory's third argument): ``sync:<kernel>`` makes that kernel's

@@ -19,6 +19,7 @@ import pytest
 
 from opfuse.ir import parse_module
 from opfuse.runtime import async_workers
+from opfuse.backends.cpu import lower as cpu_codegen
 from opfuse.runtime.cpu import CpuProgram
 
 
@@ -97,7 +98,7 @@ def test_an_engine_retired_during_a_barrier_is_freed_by_it():
 def test_a_threaded_program_retires_its_engine(monkeypatch):
     retired = []
     monkeypatch.setattr(async_workers, "retire", retired.append)
-    program = CpuProgram.from_module(parse_module(_TANH), threads=2)
+    program = cpu_codegen.jit(parse_module(_TANH), threads=2)
     assert program.threads == 2
     del program
     assert len(retired) == 1 and type(retired[0]).__name__ == "ExecutionEngine"
@@ -126,10 +127,11 @@ _CREATE_CALL_FREE = textwrap.dedent("""
     os.environ["OPFUSE_CPU_PARALLEL_MIN_US"] = "0"  # every tile loop on the pool
     import numpy as np
     import opfuse
-    from opfuse.codegen import cpu as cpu_codegen
+    from opfuse.backends.cpu import lower as cpu_codegen
     from opfuse.ir import parse_module
     from opfuse.runtime.cpu import CpuProgram
-    from opfuse.runtime.executable import find_entry, signature_of
+    from opfuse.ir import find_entry
+    from opfuse.runtime.signature import signature_of
     module = parse_module(opfuse.compile(sys.argv[1], backend="cpu", threads=1).ir("fused"))
     signature = signature_of(find_entry(module, None))
     llvm = cpu_codegen.lower_to_llvm(module, threads=2)

@@ -1,4 +1,4 @@
-"""The attention kernel (opfuse-fuse-attention, codegen/attention.py, codegen/cpu_attention.py).
+"""The attention kernel (opfuse-fuse-attention, backends/gpu/emit/attention.py, backends/cpu/attention.py).
 
 Property tests over the issue's shapes — sequence lengths 1, 3, 127, 129, 512; 1-8 heads;
 head dims 32, 64, 80, 128; causal or not; masked (boolean, additive float) or not;
@@ -24,10 +24,11 @@ from mlir import ir
 
 import opfuse
 from opfuse import pipeline as pl
-from opfuse.codegen import emulate, ptxas
-from opfuse.codegen.cpu_attention import lower_attention_kernels
-from opfuse.codegen.gpu import compile_module
-from opfuse.frontends.graphs import graphs
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.lower import ptxas
+from opfuse.backends.cpu.attention import lower_attention_kernels
+from opfuse.backends.gpu.compiler import compile_module
+from opfuse.frontends.builder.graphs import graphs
 from opfuse.ir import parse_module
 
 from attention_cases import Case, assert_matches, device_args, graph, inputs, mask_branches
@@ -237,10 +238,10 @@ def test_g5_report_bytes_drop_by_q_s():
 
 
 def test_cpu_attention_function_allocates_no_scores():
-    """The CPU's attention function is the tiled fast path (codegen/cpu_attention_tiles.py):
+    """The CPU's attention function is the tiled fast path (backends/cpu/attention_tiles.py):
     no linalg op left, no buffer as large as S — its score buffer holds one query tile's
     rows per thread — and the output O is allocated once."""
-    from opfuse.codegen import cpu_attention_tiles as tiles
+    from opfuse.backends.cpu import attention_tiles as tiles
 
     c = Case(heads=2, queries=128, head_dim=32)
     _, exe = _compiled(c)
@@ -268,8 +269,8 @@ def test_cpu_attention_function_allocates_no_scores():
 
 def lower_plan(exe):
     """The attention plan of ``exe``'s one attention kernel (as the CPU lowering sees it)."""
-    from opfuse.codegen.attention_plan import plan
-    from opfuse.codegen.group import prepare
+    from opfuse.backends.gpu.build.attention_plan import plan
+    from opfuse.backends.gpu.build.group import prepare
 
     module = parse_module(exe.ir("fused"))
     (fn,) = [op.operation for op in module.body.operations

@@ -17,8 +17,8 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import opfuse  # noqa: E402
-from opfuse.codegen import emulate  # noqa: E402
-from opfuse.frontends.torch import import_module  # noqa: E402
+from opfuse.testing.emulator import emulate  # noqa: E402
+from opfuse.frontends.torch.importer import import_module  # noqa: E402
 
 
 class CachedAttention(nn.Module):

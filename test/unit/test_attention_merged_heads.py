@@ -27,10 +27,11 @@ from torch.nn import functional as F  # noqa: E402
 
 import opfuse  # noqa: E402
 from attention_cases import cpu_outputs  # noqa: E402
-from opfuse.codegen import attention_plan, emulate  # noqa: E402
-from opfuse.codegen.gpu import compile_module  # noqa: E402
-from opfuse.frontends.torch import import_module  # noqa: E402
-from opfuse.runtime.executable import bf16_bits_to_float32, float32_to_bf16_bits  # noqa: E402
+from opfuse.backends.gpu.build import attention_plan
+from opfuse.testing.emulator import emulate  # noqa: E402
+from opfuse.backends.gpu.compiler import compile_module  # noqa: E402
+from opfuse.frontends.torch.importer import import_module  # noqa: E402
+from opfuse.runtime.schedule import bf16_bits_to_float32, float32_to_bf16_bits  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 
@@ -121,8 +122,8 @@ def test_any_order_of_the_output_dims(perm):
     """The value dim moved off the innermost place (the tensor-core kernel stores its
     accumulator pairs along it) or the queries first: the CPU tiles and the tensor-core
     kernel (emulated) against float64, bf16."""
-    from opfuse.frontends.builder import Graph
-    from opfuse.frontends.graphs import _attention
+    from opfuse.frontends.builder.graph import Graph
+    from opfuse.frontends.builder.graphs import _attention
 
     g = Graph("perm", dtype="bf16")
     q, k, v = (g.input(n, (2, 2, 40, 16)) for n in "qkv")

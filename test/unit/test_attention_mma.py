@@ -1,4 +1,4 @@
-"""The tensor-core attention kernel (codegen/attention_mma.py): FlashAttention-2 with both
+"""The tensor-core attention kernel (backends/gpu/emit/attention_mma.py): FlashAttention-2 with both
 products on ``mma.sync.m16n8k16``, K/V double-buffered through ``cp.async``.
 
 * Numerics: emulated (race check on) against float64 SDPA (attention_cases.py) over the
@@ -27,10 +27,13 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse.codegen import attention_mma, emulate, estimate, ptxas
-from opfuse.codegen.gpu import compile_module
+from opfuse.backends.gpu.emit import attention_mma
+from opfuse.testing.emulator import emulate
+from opfuse.cost import gpu_time as estimate
+from opfuse.backends.gpu.lower import ptxas
+from opfuse.backends.gpu.compiler import compile_module
 from opfuse.errors import OpfuseError
-from opfuse.frontends.graphs import graphs
+from opfuse.frontends.builder.graphs import graphs
 from opfuse.ir import parse_module
 
 from attention_cases import Case, assert_matches, device_args, graph, inputs, mask_branches
@@ -201,8 +204,8 @@ def test_torch_sdpa_imports_as_one_tensor_core_kernel(dtype):
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F
 
-    from opfuse.frontends.torch import import_module
-    from opfuse.runtime.executable import bf16_bits_to_float32, float32_to_bf16_bits
+    from opfuse.frontends.torch.importer import import_module
+    from opfuse.runtime.schedule import bf16_bits_to_float32, float32_to_bf16_bits
 
     class Causal(torch.nn.Module):
         def forward(self, q, k, v):

@@ -26,10 +26,11 @@ from torch.nn import functional as F  # noqa: E402
 
 import opfuse  # noqa: E402
 from attention_cases import cpu_outputs  # noqa: E402
-from opfuse.codegen import emulate, ptxas  # noqa: E402
-from opfuse.codegen.gpu import compile_module  # noqa: E402
-from opfuse.frontends.torch import import_module  # noqa: E402
-from opfuse.runtime.executable import bf16_bits_to_float32  # noqa: E402
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.lower import ptxas  # noqa: E402
+from opfuse.backends.gpu.compiler import compile_module  # noqa: E402
+from opfuse.frontends.torch.importer import import_module  # noqa: E402
+from opfuse.runtime.schedule import bf16_bits_to_float32  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 

@@ -8,7 +8,7 @@ import numpy as np
 import opfuse
 from bench.cases import uniform_inputs
 from bench.contractions import contractions_alone
-from opfuse.frontends.graphs import graphs
+from opfuse.frontends.builder.graphs import graphs
 
 
 def test_every_matmul_of_the_encoder_layer_and_nothing_else():

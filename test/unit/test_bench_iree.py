@@ -58,7 +58,7 @@ _HAVE_IREE = (importlib.util.find_spec("iree") is not None
 @pytest.mark.skipif(not _HAVE_IREE, reason="IREE (the bench extra) is not installed")
 def test_iree_runs_a_g_graph_on_both_drivers():
     import opfuse  # noqa: F401  (opfuse's MLIR bindings first: iree-compile must not clash)
-    from opfuse.frontends.graphs import example_inputs, graphs
+    from opfuse.frontends.builder.graphs import example_inputs, graphs
 
     g = graphs(scale=16)["g3_softmax"]
     arrays = list(example_inputs(g).values())

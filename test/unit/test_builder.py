@@ -26,8 +26,8 @@ from mlir.passmanager import PassManager
 
 from opfuse.builder import DTYPES, Graph
 from opfuse.errors import OpfuseError
-from opfuse.frontends.builder import round_to_dtype
-from opfuse.frontends.graphs import example_inputs, graphs
+from opfuse.frontends.builder.graph import round_to_dtype
+from opfuse.frontends.builder.graphs import example_inputs, graphs
 from opfuse.ir import load, make_context
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -385,7 +385,7 @@ def test_half_precision_sums_and_matmuls_accumulate_in_f32(dtype):
     rounds back to 256, so the sum of 1024 ones came out as 256. They now accumulate in f32
     and round once (1024 is exact in both dtypes)."""
     import opfuse
-    from opfuse.runtime.executable import bf16_bits_to_float32, float32_to_bf16_bits
+    from opfuse.runtime.schedule import bf16_bits_to_float32, float32_to_bf16_bits
 
     g = Graph("acc", dtype=dtype)
     x = g.input("x", (1, 1024))
@@ -522,7 +522,7 @@ def test_mask_ops_fused_unfused_and_numpy_agree_on_cpu() -> None:
         got = opfuse.compile(g, backend="cpu", fusion=fusion)(*args)
         for t, r, w in zip(g.outputs, got, want):
             if t.dtype == "bf16":  # the CPU backend hands bf16 back as its bits
-                from opfuse.runtime.executable import bf16_bits_to_float32
+                from opfuse.runtime.schedule import bf16_bits_to_float32
 
                 r = bf16_bits_to_float32(r)
             assert r.dtype == w.dtype and r.shape == w.shape, t.name

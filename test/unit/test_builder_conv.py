@@ -13,7 +13,7 @@ import pytest
 import opfuse
 from opfuse.builder import Graph
 from opfuse.errors import OpfuseError
-from opfuse.runtime.executable import bf16_bits_to_float32, float32_to_bf16_bits
+from opfuse.runtime.schedule import bf16_bits_to_float32, float32_to_bf16_bits
 
 TOL = {"f32": dict(rtol=1e-4, atol=1e-5), "f16": dict(rtol=2e-2, atol=2e-2),
        "bf16": dict(rtol=2e-2, atol=2e-2)}

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from opfuse.builder import Graph
-from opfuse.codegen import ptxas
-from opfuse.codegen.gpu import compile_module
+from opfuse.backends.gpu.lower import ptxas
+from opfuse.backends.gpu.compiler import compile_module
 from opfuse.errors import OpfuseError
-from opfuse.frontends.graphs import graphs
+from opfuse.frontends.builder.graphs import graphs
 from opfuse.runtime import bundle as rb
 from opfuse.runtime.cache import KernelCache, make_key
 from opfuse.runtime.schedule import Buffer, Call, HostSchedule, View, plan_buffers

@@ -4,7 +4,7 @@
   installed, assembled with 0 spills; launch shapes are checked (no block under 32
   threads), loop kernels use 128-bit global loads, row kernels warp shuffles, matmuls FMAs.
 * The kernels' results are checked by running the outlined kernels in the lockstep
-  emulator (:mod:`opfuse.codegen.emulate`) with the KernelSpecs' argument order, against
+  emulator (:mod:`opfuse.testing.emulator.emulate`) with the KernelSpecs' argument order, against
   the builder's numpy reference (float64 rounded to f32; rtol 1e-4, atol 1e-5): G1–G8 at
   1/8 size, fused and unfused, and shapes chosen for their tails.
 """
@@ -15,11 +15,12 @@ import pytest
 from mlir import ir
 
 from opfuse.builder import Graph
-from opfuse.codegen import emulate, nvptx, ptxas
-from opfuse.codegen.gpu import compile_module
-from opfuse.codegen.lanes import Kind, analyze
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.lower import nvptx, ptxas
+from opfuse.backends.gpu.compiler import compile_module
+from opfuse.backends.gpu.build.lanes import Kind, analyze
 from opfuse.errors import OpfuseError
-from opfuse.frontends.graphs import graphs
+from opfuse.frontends.builder.graphs import graphs
 from opfuse.runtime.schedule import KernelSpec
 
 from test_codegen_common import as_tuple, assert_close, compile_cpu, inputs_of

@@ -50,7 +50,7 @@ def as_tuple(out):
 
 
 def inputs_of(graph, seed: int = 0) -> list[np.ndarray]:
-    from opfuse.frontends.graphs import example_inputs
+    from opfuse.frontends.builder.graphs import example_inputs
 
     values = example_inputs(graph, seed)
     return [values[t.name] for t in graph.inputs]
@@ -68,8 +68,8 @@ def assert_everywhere(graph, args: list, want: list, *, kernels: int | None = No
     """The builder's reference, the fused and the unfused CPU program and the fused GPU
     kernels in the emulator (race check on) all give ``want`` (one array per output);
     ``kernels``: the fused kernel count. Returns the fused Executable."""
-    from opfuse.codegen import emulate
-    from opfuse.codegen.gpu import compile_module
+    from opfuse.testing.emulator import emulate
+    from opfuse.backends.gpu.compiler import compile_module
 
     for r, w in zip(graph.reference(*args), want):
         assert r.dtype == w.dtype, (r.dtype, w.dtype)

@@ -12,7 +12,7 @@ import zipfile
 import numpy as np
 
 import opfuse
-from opfuse.codegen import emulate
+from opfuse.testing.emulator import emulate
 from opfuse.runtime import bundle as rb
 
 from test_codegen_common import run_bundle_without_mlir

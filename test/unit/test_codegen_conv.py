@@ -1,4 +1,4 @@
-"""The convolution emitter (codegen/conv.py) without a GPU: every convolution the builder
+"""The convolution emitter (backends/gpu/emit/conv.py) without a GPU: every convolution the builder
 makes (plain, strided, dilated, grouped, depthwise; f32, f16, bf16; bias, BatchNorm-folded
 scale and shift, ReLU, residual) and the three torch-mlir prints (test/Inputs/torch-mlir:
 padding, bias in the init, grouped through expand/collapse, depthwise) is one "conv"
@@ -19,9 +19,10 @@ import pytest
 
 import opfuse
 from opfuse.builder import Graph
-from opfuse.codegen import emulate, ptxas
-from opfuse.frontends.builder_reference import _conv2d
-from opfuse.frontends.builder_tensor import Tensor
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.lower import ptxas
+from opfuse.frontends.builder.reference import _conv2d
+from opfuse.frontends.builder.tensor import Tensor
 
 from test_builder_conv import CONFIGS, TOL, _args, _conv_graph, _values
 

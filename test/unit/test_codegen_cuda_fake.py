@@ -16,10 +16,10 @@ import types
 import numpy as np
 import pytest
 
-from opfuse.codegen import emulate
-from opfuse.codegen.gpu import compile_module
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.compiler import compile_module
 from opfuse.errors import OpfuseError
-from opfuse.frontends.graphs import graphs
+from opfuse.frontends.builder.graphs import graphs
 from opfuse.ir import make_context, parse_module
 from opfuse.runtime import cuda, cuda_driver
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opfuse.frontends.graphs import graphs
+from opfuse.frontends.builder.graphs import graphs
 
 from test_codegen_common import as_tuple, compile_cpu, inputs_of
 

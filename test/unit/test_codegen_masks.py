@@ -4,7 +4,7 @@ Booleans are i8 tensors (0/1) in device memory, never i1: comparisons widen thei
 ``arith.extui`` inside the kernel, ``where`` narrows it back. Checked two ways, as in
 test_codegen.py: the kernels lower to PTX for sm_90 (assembled with 0 spills when ptxas is
 installed) with no i1 memref among their arguments, and the outlined kernels run in the
-lockstep emulator (:mod:`opfuse.codegen.emulate`) against the builder's numpy reference
+lockstep emulator (:mod:`opfuse.testing.emulator.emulate`) against the builder's numpy reference
 (f32: rtol 1e-4, atol 1e-5; i8 exactly, through the same comparison).
 """
 
@@ -15,8 +15,9 @@ import re
 import pytest
 
 from opfuse.builder import Graph
-from opfuse.codegen import emulate, ptxas
-from opfuse.codegen.gpu import compile_module
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.lower import ptxas
+from opfuse.backends.gpu.compiler import compile_module
 
 from test_codegen_common import assert_close, compile_cpu
 

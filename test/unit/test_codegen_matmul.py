@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from opfuse.builder import Graph
-from opfuse.codegen import emulate
-from opfuse.codegen.gpu import compile_module
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.compiler import compile_module
 from opfuse.errors import OpfuseError
 
 from test_codegen_common import assert_close, compile_cpu

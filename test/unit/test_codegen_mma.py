@@ -1,4 +1,4 @@
-"""The tensor-core matmul emitter (codegen/matmul_mma.py on codegen/mma.py), emulated.
+"""The tensor-core matmul emitter (backends/gpu/emit/matmul_mma.py on backends/gpu/build/mma.py), emulated.
 
 Each case is compiled to kernels, run by the emulator (race check on: it also checks the
 cp.async protocol: no stage is read while a copy into it is in flight, none is refilled
@@ -21,12 +21,14 @@ import numpy as np
 import pytest
 
 from opfuse.builder import Graph
-from opfuse.codegen import async_copy, emulate, matmul_mma
-from opfuse.codegen.gpu import compile_module
-from opfuse.codegen.ptxas import find_ptxas
+from opfuse.backends.gpu.build import async_copy
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.emit import matmul_mma
+from opfuse.backends.gpu.compiler import compile_module
+from opfuse.backends.gpu.lower.ptxas import find_ptxas
 from opfuse.errors import OpfuseError
 from opfuse.ir import make_context, parse_module
-from opfuse.runtime.executable import float32_to_bf16_bits
+from opfuse.runtime.schedule import float32_to_bf16_bits
 from opfuse.runtime.schedule import bind_params, plan_buffers, run_numpy
 
 from test_codegen_common import compile_cpu, inputs_of

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse.codegen import emulate, ptxas
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.lower import ptxas
 
 from test_codegen_common import run_bundle_without_mlir
 

@@ -1,4 +1,4 @@
-"""The warpgroup-MMA matmul emitter (codegen/matmul_wgmma.py on codegen/wgmma.py), emulated.
+"""The warpgroup-MMA matmul emitter (backends/gpu/emit/matmul_wgmma.py on backends/gpu/build/wgmma.py), emulated.
 
 ``matmul=wgmma`` with every target ``sm_90a``. The cases are test_codegen_mma.py's (they
 pick the shared staging's branches: operands stored along K or along M/N, so wgmma with
@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 
 from opfuse.builder import Graph
-from opfuse.codegen import matmul_wgmma, wgmma
-from opfuse.codegen.gpu import compile_module
-from opfuse.codegen.options import CodegenOptions
-from opfuse.codegen.ptxas import find_ptxas
+from opfuse.backends.gpu.emit import matmul_wgmma
+from opfuse.backends.gpu.build import wgmma
+from opfuse.backends.gpu.compiler import compile_module
+from opfuse.backends.options import CodegenOptions
+from opfuse.backends.gpu.lower.ptxas import find_ptxas
 from opfuse.errors import OpfuseError
-from opfuse.frontends.graphs import graphs
+from opfuse.frontends.builder.graphs import graphs
 
 from test_codegen_common import compile_cpu
 from test_codegen_mma import CASES, TOL, emulated, linear, two_linears
@@ -158,7 +159,7 @@ def test_full_size_kernels_without_spills(name):
 def test_estimate_prices_wgmma_at_the_dense_peak():
     """wgmma kernels at the dense tensor peak, kept busy by one warpgroup; mma.sync ones at
     their own rate with eight warps."""
-    from opfuse.codegen import estimate
+    from opfuse.cost import gpu_time as estimate
 
     dev = estimate.H200
     args = dict(grid=(4 * dev.sms, 1, 1), registers=96, smem=49152, flops=1e12, bytes_=1e6, kind="bf16")
@@ -182,7 +183,7 @@ def swiglu(g):  # silu(x @ w1) * (x @ w3): one horizontal range running two prod
 def test_two_warpgroups(monkeypatch, build, tile):
     """Blocks of two warpgroups (bm = 128; a pair at the 128 x 128 pair tile), which the
     tile model only picks for large problems: forced here by leaving it one candidate."""
-    from opfuse.codegen.matmul_tiles import Rules
+    from opfuse.backends.gpu.build.matmul_tiles import Rules
 
     rules = matmul_wgmma.RULES
     monkeypatch.setattr(matmul_wgmma._WgmmaKernel, "RULES",
@@ -201,8 +202,8 @@ def test_the_kernels_stage_runs_too():
     the launch: the outliner's constant sinking clones it back in (else it would become a
     kernel argument), and the emulator takes it at host level when it runs the ``kernels``
     stage; both stages give the same result."""
-    from opfuse.codegen import emulate
-    from opfuse.runtime.executable import float32_to_bf16_bits
+    from opfuse.testing.emulator import emulate
+    from opfuse.runtime.schedule import float32_to_bf16_bits
 
     from test_codegen_common import inputs_of
 

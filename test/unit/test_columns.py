@@ -1,4 +1,4 @@
-"""Column reductions (opfuse-fuse-columns, ``codegen/columns.py``): a reduction over a
+"""Column reductions (opfuse-fuse-columns, ``backends/gpu/emit/columns.py``): a reduction over a
 non-innermost axis with its consumers and broadcast producers as one ``columns`` kernel.
 
 Each graph is checked against numpy: the builder's reference, the fused and the unfused
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from opfuse.builder import Graph
-from opfuse.codegen import ptxas
-from opfuse.codegen.gpu import compile_module
+from opfuse.backends.gpu.lower import ptxas
+from opfuse.backends.gpu.compiler import compile_module
 
 from test_codegen_common import assert_everywhere
 

@@ -18,10 +18,11 @@ import pytest
 
 import opfuse
 from opfuse.builder import Graph
-from opfuse.codegen import emulate, ptxas
-from opfuse.codegen.gpu import compile_module
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.lower import ptxas
+from opfuse.backends.gpu.compiler import compile_module
 from opfuse.errors import OpfuseError
-from opfuse.runtime.executable import bf16_bits_to_float32, float32_to_bf16_bits
+from opfuse.runtime.schedule import bf16_bits_to_float32, float32_to_bf16_bits
 
 from test_codegen_common import assert_close, compile_cpu
 
@@ -52,7 +53,7 @@ def _three_way(axis: int, dtype: str = "f32", sizes=(3, 2, 5)) -> Graph:
 
 def _rope(d: int = 64, t: int = 16) -> Graph:
     """RoPE as the torch importer writes it: x * cos + cat(-x[..., d/2:], x[..., :d/2]) * sin."""
-    from opfuse.frontends.torch_graph import TorchGraph
+    from opfuse.frontends.torch.graph import TorchGraph
 
     g = TorchGraph(f"rope{d}")
     x, cos, sin = g.input("x", (2, 4, t, d)), g.input("cos", (t, d)), g.input("sin", (t, d))
@@ -331,7 +332,7 @@ def test_kernels_lower_to_ptx_without_spills(make):
 def test_emulated_kernels_of_imported_models_match_eager(name: str):
     torch = pytest.importorskip("torch")
     import torch_models as tm
-    from opfuse.frontends.torch import import_module
+    from opfuse.frontends.torch.importer import import_module
 
     factory, make_inputs = tm.CONCAT[name]
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""The input contract (opfuse.contract) and the small API/tool fixes of issue #10.
+"""The input contract (opfuse.frontends.mlir.contract) and the small API/tool fixes of issue #10.
 
 Inputs nobody on the project wrote: the linalg torch-mlir prints for masked attention
 pieces (test/unit/Inputs/torch_mlir/, printed by torch-mlir 20261001 with torch 2.13.0;
@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse import contract, tempdirs
-from opfuse.codegen import emulate
-from opfuse.codegen.gpu import compile_module
+from opfuse.frontends.mlir import contract
+from opfuse import tempdirs
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.compiler import compile_module
+from opfuse.harness import compare as compare_mod
 from opfuse.errors import OpfuseError
 
 from tools import fuse_opt, fuse_run
@@ -177,7 +179,7 @@ def test_fuse_run_refuses_inputs_larger_than_memory(monkeypatch, capsys, tmp_pat
     src = tmp_path / "big.mlir"
     src.write_text("func.func @main(%x: tensor<65536x65536xf32>) -> tensor<65536x65536xf32> {\n"
                    "  return %x : tensor<65536x65536xf32>\n}\n")
-    monkeypatch.setattr(fuse_run, "available_memory", lambda: 2**30)
+    monkeypatch.setattr(compare_mod, "available_memory", lambda: 2**30)
     assert fuse_run.main([str(src), "--repeat", "0"]) == 1
     assert "need 48 GiB, more than the 1 GiB of memory available" in capsys.readouterr().err
 

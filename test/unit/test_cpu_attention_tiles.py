@@ -1,4 +1,4 @@
-"""The CPU attention kernel's tiled fast path (codegen/cpu_attention_tiles.py): query tiles
+"""The CPU attention kernel's tiled fast path (backends/cpu/attention_tiles.py): query tiles
 on the threads, Q·Kᵀ and P·V on the packed micro-kernel, the row softmax vectorized.
 
 Against the float64 SDPA reference (attention_cases.py) and against the same graph with
@@ -19,8 +19,8 @@ from mlir import ir
 
 import opfuse
 from opfuse import pipeline as pl
-from opfuse.codegen import cpu_attention_tiles as tiles
-from opfuse.codegen.cpu_attention import lower_attention_kernels
+from opfuse.backends.cpu import attention_tiles as tiles
+from opfuse.backends.cpu.attention import lower_attention_kernels
 from opfuse.ir import parse_module
 
 from attention_cases import Case, assert_matches, device_args, graph, host_values, inputs
@@ -109,7 +109,7 @@ def test_fallback_past_the_workspace_limit_warns_and_is_right(monkeypatch):
 def test_tiling_sizes():
     """Tiles of at most BLOCK_M rows, a multiple of the micro-kernel's rows, balanced; one
     worker per unit at most."""
-    from opfuse.codegen.cpu_matmul import Blocking
+    from opfuse.backends.cpu.matmul import Blocking
 
     b = Blocking(lanes=16, mr=6, nv=4, kc=256, mc=132)
     exe = _compile(CASES[1], 1)

@@ -1,4 +1,4 @@
-"""CPU backend: lowering to LLVM (codegen/cpu.py), ExecutionEngine runtime (runtime/cpu.py)
+"""CPU backend: lowering to LLVM (backends/cpu/lower.py), ExecutionEngine runtime (runtime/cpu.py)
 and the Executable around them, checked against numpy.
 
 Tolerances (max abs error against a float64 numpy reference unless stated):
@@ -17,15 +17,12 @@ import pytest
 from mlir import ir
 from mlir.passmanager import PassManager
 
-from opfuse.codegen import cpu as cpu_codegen
+from opfuse.backends.cpu import lower as cpu_codegen
 from opfuse.errors import OpfuseError
 from opfuse.ir import parse_module, print_module
 from opfuse.runtime import cpu as cpu_runtime
-from opfuse.runtime.executable import (
-    Executable,
-    bf16_bits_to_float32,
-    float32_to_bf16_bits,
-)
+from opfuse.driver.executable import Executable
+from opfuse.runtime.schedule import bf16_bits_to_float32, float32_to_bf16_bits
 
 RNG = np.random.default_rng(1234)
 
@@ -493,7 +490,7 @@ def test_strided_input_and_inputs_untouched():
 
 
 def test_cpu_program_directly():
-    prog = cpu_runtime.CpuProgram.from_module(parse_module(PLAIN_ELEMENTWISE))
+    prog = cpu_codegen.jit(parse_module(PLAIN_ELEMENTWISE))
     x, b = randn(8, 16), randn(16)
     (out,) = prog(x, b)
     np.testing.assert_allclose(out, np.exp((x + b) * x), rtol=1e-5, atol=1e-5)
@@ -580,13 +577,13 @@ def test_matmuls_in_kernels_stay_micro_kernel_matmuls(name):
     reshapes into the matmuls' indexing maps, leaving the reduction innermost and
     unvectorized: fused G5 ran 3x and fused G6 2.7x slower than unfused on the CPU. Now
     every contraction's inputs and result stay separate ops, so each f32 matmul is still a
-    named matmul the packed micro-kernel takes (codegen/cpu_matmul.py); one it does not
+    named matmul the packed micro-kernel takes (backends/cpu/matmul.py); one it does not
     take would be a generic with a parallel loop innermost. (G5 is one attention kernel
-    now, lowered to its own loops: codegen/cpu_attention.py.)"""
+    now, lowered to its own loops: backends/cpu/attention.py.)"""
     import opfuse
     from mlir.dialects import linalg
-    from opfuse.codegen import cpu_matmul
-    from opfuse.frontends.graphs import graphs
+    from opfuse.backends.cpu import matmul as cpu_matmul
+    from opfuse.frontends.builder.graphs import graphs
 
     exe = opfuse.compile(graphs(scale=16)[name], backend="cpu")
     module = parse_module(exe.ir("fused"))

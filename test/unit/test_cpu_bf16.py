@@ -4,7 +4,7 @@ The unfused bf16 G3/G5/G6 (and fused G3) CPU libraries of a bundle did not load:
 ``undefined symbol: __truncsfbf2``. Their max reductions keep the larger loaded bf16
 value (``llvm.select`` on bf16, carried around the loop), and LLVM's generic x86-64 code
 promotes such a value to f32 and truncates it back through compiler-rt's helper, which
-libgcc 12 lacks (the JIT found it in libmlir_float16_utils). codegen/cpu_bf16.py now
+libgcc 12 lacks (the JIT found it in libmlir_float16_utils). backends/cpu/bf16.py now
 moves every bf16 value as its i16 bits. Here: the direct f32 -> bf16 cast (ties to even,
 NaN, inf, overflow, subnormals) against a bit-arithmetic reference written here, and bf16
 graphs fused and unfused, each run by the JIT and by its bundle's library in a fresh
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse.frontends.graphs import graphs
+from opfuse.frontends.builder.graphs import graphs
 
 from test_codegen_common import as_tuple, inputs_of, run_bundle_without_mlir
 

@@ -1,4 +1,4 @@
-"""Which kernels' tile loops go to the threads (codegen/cpu_grain.py): a kernel whose
+"""Which kernels' tile loops go to the threads (backends/cpu/grain.py): a kernel whose
 estimated one-thread time is under OPFUSE_CPU_PARALLEL_MIN_US keeps its loops on the
 calling thread, the others become tasks of the async runtime; either way the results are
 the one-thread bits and match numpy float64."""
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse.codegen import cpu as cpu_codegen
-from opfuse.codegen import cpu_grain
-from opfuse.codegen.cpu_kernels import kernel_functions
+from opfuse.backends.cpu import lower as cpu_codegen
+from opfuse.backends.cpu import grain as cpu_grain
+from opfuse.backends.cpu.kernels import kernel_functions
 from opfuse.errors import OpfuseError
 from opfuse.ir import parse_module
 

@@ -1,11 +1,11 @@
 """The CPU backend's own kernels on awkward shapes, against numpy float64.
 
-* the matmul micro-kernel (codegen/cpu_matmul.py): sizes 1, odd, and not multiples of
+* the matmul micro-kernel (backends/cpu/matmul.py): sizes 1, odd, and not multiples of
   its register tile (mr x nr) or of its cache blocks (kc, mc); A and B transposed; batches;
   f32, f16 and bf16 operands (f32 accumulation);
-* vectorized reductions (codegen/cpu_reductions.py): row lengths below, at and above the
+* vectorized reductions (backends/cpu/reductions.py): row lengths below, at and above the
   vector width, sums, maxima (NaN propagates, -inf rows), minima, products;
-* tile loops (codegen/cpu_tiling.py): kernels whose rows do not divide by the tile.
+* tile loops (backends/cpu/tiling.py): kernels whose rows do not divide by the tile.
 
 Tolerances: f32 matmul 1e-5 x sqrt(K) relative to max|ref| (f32 accumulation), f16
 1e-2, bf16 3e-2 (operands rounded to the half type: the reference uses the rounded
@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opfuse.codegen import cpu_matmul
+from opfuse.backends.cpu import matmul as cpu_matmul
 from opfuse.ir import parse_module
-from opfuse.runtime import cpu as cpu_runtime
-from opfuse.runtime.executable import bf16_bits_to_float32, float32_to_bf16_bits
+from opfuse.backends.cpu import lower as cpu_codegen
+from opfuse.runtime.schedule import bf16_bits_to_float32, float32_to_bf16_bits
 
 RNG = np.random.default_rng(7)
 B = cpu_matmul.blocking()
@@ -84,7 +84,7 @@ def _run_matmul(m, k, n, ta="f32", tc="f32", a_t=False, b_t=False, batch=None):
         a64 = np.swapaxes(a64, -1, -2)
     if b_t:
         b64 = np.swapaxes(b64, -1, -2)
-    (got,) = cpu_runtime.run_module(module, a, b)
+    (got,) = cpu_codegen.run_module(module, a, b)
     if tc == "bf16":
         got = bf16_bits_to_float32(got)
     return got.astype(np.float64), a64 @ b64
@@ -134,7 +134,7 @@ def test_half_precision_operands(ta, tc):
 
 
 def test_matmuls_become_the_micro_kernel():
-    from opfuse.codegen import cpu as cpu_codegen
+    from opfuse.backends.cpu import lower as cpu_codegen
 
     lowered = str(cpu_codegen.lower_to_llvm(parse_module(_matmul_module(8, 8, 8))))
     assert "__opfuse_mm_pack_f32" in lowered and "__opfuse_mm_f32_f32" in lowered
@@ -180,13 +180,13 @@ def test_row_reductions(kind, cols):
     if kind in ("max", "min") and cols > 2:
         x[1, cols // 2] = np.nan  # NaN propagates through maximumf / minimumf
         x[2, :] = -np.inf if kind == "max" else np.inf
-    (got,) = cpu_runtime.run_module(parse_module(text), x)
+    (got,) = cpu_codegen.run_module(parse_module(text), x)
     want = ref(x.astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_reductions_run_vectorized():
-    from opfuse.codegen import cpu as cpu_codegen
+    from opfuse.backends.cpu import lower as cpu_codegen
 
     text = REDUCE.replace("INIT", "0.0").replace("BODY", REDUCTIONS["sum"][1])
     text = text.replace("RxC", "4x64").replace("<Rx", "<4x")

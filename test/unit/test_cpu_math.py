@@ -1,4 +1,4 @@
-"""The CPU backend's math approximations (codegen/cpu_math.py), measured directly.
+"""The CPU backend's math approximations (backends/cpu/math.py), measured directly.
 
 Each op runs through the real CPU lowering on a dense sweep of f32 inputs (every binade
 from the smallest subnormal to the largest float, both signs, random mantissas, plus
@@ -20,12 +20,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from opfuse.codegen import cpu as cpu_codegen
-from opfuse.codegen import cpu_math
-from opfuse.codegen.cpu_target import host_cpu
+from opfuse.backends.cpu import lower as cpu_codegen
+from opfuse.backends.cpu import math as cpu_math
+from opfuse.backends.cpu.target import host_cpu
 from opfuse.ir import parse_module
 from opfuse.runtime import cpu as cpu_runtime
-from opfuse.runtime.executable import bf16_bits_to_float32, float32_to_bf16_bits
+from opfuse.runtime.schedule import bf16_bits_to_float32, float32_to_bf16_bits
 
 SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.17549435e-38,
                      -1.17549435e-38, 3.4028235e38, -3.4028235e38, 1.0, -1.0, 0.5, 2.0],
@@ -84,7 +84,7 @@ func.func @main(%x: tensor<NxF32>, %y: tensor<NxF32>) -> tensor<NxF32> {
 
 
 def run(text: str, *arrays: np.ndarray) -> np.ndarray:
-    return cpu_runtime.run_module(parse_module(text), *arrays)[0]
+    return cpu_codegen.run_module(parse_module(text), *arrays)[0]
 
 
 def ulp_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:

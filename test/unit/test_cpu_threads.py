@@ -1,4 +1,4 @@
-"""Threads on the CPU backend (codegen/cpu_threads.py): the tile loops of a program compiled
+"""Threads on the CPU backend (backends/cpu/threads.py): the tile loops of a program compiled
 for N > 1 threads run as tasks of MLIR's async runtime; the results are the same bits as
 on one thread (tiles are independent and each computes exactly what it computed before),
 and both match numpy float64. The thread count: compile(threads=), else
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse.codegen import cpu as cpu_codegen
-from opfuse.codegen import cpu_threads
+from opfuse.backends.cpu import lower as cpu_codegen
+from opfuse.backends.cpu import threads as cpu_threads
 from opfuse.errors import OpfuseError
-from opfuse.frontends.graphs import example_inputs, graphs
+from opfuse.frontends.builder.graphs import example_inputs, graphs
 from opfuse.ir import parse_module
 from opfuse.runtime.cpu import CpuProgram
 
@@ -67,7 +67,7 @@ def test_threaded_results_are_the_single_threaded_bits(name, every_loop_parallel
     fused = opfuse.compile(g, backend="cpu", threads=1)
     module = parse_module(fused.ir("fused"))
     single = fused(*arrays)
-    threaded = CpuProgram.from_module(module, threads=2)
+    threaded = cpu_codegen.jit(module, threads=2)
     assert threaded.threads == 2
     for out, want, ref in zip(threaded(*arrays), [single], g.reference(*arrays)):
         np.testing.assert_array_equal(out, want)

@@ -43,5 +43,20 @@ def test_the_checker_sees_a_missing_document():
 def test_a_document_outside_the_checkout_is_not_in_the_repo():
     # nvptx.py cited ../shared/notes/toolchain.md: there on the developers' machines,
     # not in a clone, so the test passed in the checkout and failed in a fresh one.
-    assert not _in_repo("../shared/notes/toolchain.md", ROOT / "python/opfuse/codegen/nvptx.py")
+    assert not _in_repo("../shared/notes/toolchain.md", ROOT / "python/opfuse/backends/gpu/lower/nvptx.py")
     assert _in_repo("docs/knobs.md", ROOT / "README.md")
+
+
+def test_the_readme_python_example_runs():
+    # The README's worked example is code a reader will paste: it must run as printed.
+    import re
+    import subprocess
+    import sys
+
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks, "the README has no Python example"
+    done = subprocess.run([sys.executable, "-c", blocks[0]], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "5 -> 1 kernels" in done.stdout

@@ -1,4 +1,4 @@
-"""The emulator's tensor-core and cp.async semantics (:mod:`opfuse.codegen.emulate_mma`),
+"""The emulator's tensor-core and cp.async semantics (:mod:`opfuse.testing.emulator.mma`),
 each checked on its own against hand-made examples read off the PTX ISA's tables and
 descriptions (9.7.14.5.7/8 "Matrix Fragments for mma.m16n8k8 / m16n8k16", 9.7.14.5.15
 ldmatrix, 9.7.9.25 cp.async), not against the emitters that use them.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opfuse.codegen import emulate, emulate_mma
+from opfuse.testing.emulator import emulate, mma as emulate_mma
 from opfuse.errors import OpfuseError
 from opfuse.ir import make_context, parse_module
 

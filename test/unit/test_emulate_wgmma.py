@@ -1,4 +1,4 @@
-"""The emulator's warpgroup-MMA semantics (:mod:`opfuse.codegen.emulate_wgmma`), checked on
+"""The emulator's warpgroup-MMA semantics (:mod:`opfuse.testing.emulator.wgmma`), checked on
 hand-written kernels against examples made from the PTX ISA's text (9.7.15.5.1 "Register
 Fragments and Shared Memory Matrix Layouts", the matrix descriptor format, 9.7.15.6-7
 ``wgmma.fence`` / ``commit_group`` / ``wait_group``), not against the emitter.
@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opfuse.codegen import emulate, emulate_wgmma
+from opfuse.testing.emulator import emulate, wgmma as emulate_wgmma
 from opfuse.errors import OpfuseError
 from opfuse.ir import make_context, parse_module
-from opfuse.runtime.executable import float32_to_bf16_bits
+from opfuse.runtime.schedule import float32_to_bf16_bits
 
 N = 16
 S = "!llvm.struct<(" + ", ".join(["f32"] * (N // 2)) + ")>"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opfuse.codegen import emulate
+from opfuse.testing.emulator import emulate
 from opfuse.ir import make_context, parse_module
 
 KERNEL = """

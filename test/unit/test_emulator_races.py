@@ -1,11 +1,11 @@
-"""The emulator's shared-memory race check (:mod:`opfuse.codegen.emulate`).
+"""The emulator's shared-memory race check (:mod:`opfuse.testing.emulator.emulate`).
 
 Lockstep execution hides a missing ``gpu.barrier``: every thread has done everything
 before the next op runs. The check records each workgroup access per block and element
 until the block's next barrier and raises on a read-after-write, write-after-read or
 write-after-write between two threads of one block. The kernels here are written by hand
 in the form the emitters produce (a host function holding one ``gpu.launch`` with a
-``workgroup(...)`` attribution; see :mod:`opfuse.codegen.kernel`): two blocks of eight
+``workgroup(...)`` attribution; see :mod:`opfuse.backends.gpu.build.kernel`): two blocks of eight
 threads, ``x`` and ``y`` one element per thread.
 """
 
@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from opfuse.codegen import emulate
+from opfuse.testing.emulator import emulate
 from opfuse.errors import OpfuseError
 from opfuse.ir import make_context, parse_module
 
@@ -256,7 +256,7 @@ def softmax_program():
     """A softmax whose rows need a 128-thread team: for each of its two reductions (max,
     sum) one shared-memory exchange between the four warps of a block, behind a barrier."""
     from opfuse.builder import Graph
-    from opfuse.codegen.gpu import compile_module
+    from opfuse.backends.gpu.compiler import compile_module
 
     from test_codegen_common import compile_cpu
 

@@ -1,5 +1,5 @@
 """Matmul epilogues through a reshape of the result (opfuse-fuse-epilogue + the matmul
-emitters' placements, codegen/matmul.py).
+emitters' placements, backends/gpu/emit/matmul.py).
 
 torch imports every ``nn.Linear`` on a ``[B, S, D]`` input as a matmul on ``[B*S, D]``
 followed by ``tensor.expand_shape`` back to ``[B, S, N]`` and then the bias add (and the
@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 from opfuse.builder import Graph
-from opfuse.codegen import emulate
-from opfuse.codegen import ptxas as ptxas_mod
-from opfuse.codegen.gpu import compile_module
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.lower import ptxas as ptxas_mod
+from opfuse.backends.gpu.compiler import compile_module
 
 from test_codegen_common import as_tuple, compile_cpu, inputs_of
 from test_codegen_mma import TOL, emulated

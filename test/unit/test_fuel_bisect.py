@@ -20,7 +20,7 @@ from mlir.dialects import arith
 
 from opfuse import passes
 from opfuse.analysis.graph import GROUP_ATTR, functions, op_label
-from opfuse.report import ledger as ledger_mod
+from opfuse.analysis import ledger as ledger_mod
 from opfuse.tools import fuse_opt, fuse_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -16,20 +16,17 @@ import numpy as np
 import pytest
 
 from opfuse import ir as oir
-from opfuse.codegen import cpu_threads
-from opfuse.frontends.graphs import graphs
-from opfuse.runtime.executable import (
-    Signature,
-    TensorSpec,
-    bf16_bits_to_float32,
-    float32_to_bf16_bits,
-)
+from opfuse.backends.cpu import threads as cpu_threads
+from opfuse.frontends.builder.graphs import graphs
+from opfuse.runtime.signature import Signature, TensorSpec
+from opfuse.runtime.schedule import bf16_bits_to_float32, float32_to_bf16_bits
+from opfuse.harness import compare as compare_mod
 from opfuse.tools import fuse_run
 
 SMALL = graphs(small=True)
 
 # Expanding tanh into exp arithmetic (math-expand-ops) on the fused side only rounds
-# differently from the CPU backend's own tanh (codegen/cpu_math.py): a deterministic way to
+# differently from the CPU backend's own tanh (backends/cpu/math.py): a deterministic way to
 # make fused and unfused disagree in the last bits.
 EXPAND_TANH = (
     "--pass-pipeline=builtin.module(func.func(math-expand-ops{ops=tanh}),"
@@ -300,7 +297,7 @@ def test_compare_tolerance_nan_inf_and_worst():
 
 
 def test_compare_across_chunks(monkeypatch):
-    monkeypatch.setattr(fuse_run, "_CHUNK", 7)
+    monkeypatch.setattr(compare_mod, "_CHUNK", 7)
     u = np.arange(50, dtype=np.float32).reshape(5, 10)
     f = u.copy()
     f[1, 3] += 0.5

@@ -1,4 +1,4 @@
-"""Gathers (``opfuse.frontends.builder_gather``): embedding, gather, index, index_select as one
+"""Gathers (``opfuse.frontends.builder.gather``): embedding, gather, index, index_select as one
 ``linalg.generic`` reading through ``tensor.extract``. The builder's numpy reference against
 numpy's own indexing, CPU runs fused and unfused against the reference, GPU kernels in the
 emulator (race check on) against numpy, bounds (an out-of-range index reads an edge element,

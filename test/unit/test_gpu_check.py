@@ -1,4 +1,4 @@
-"""tools/gpu-check and tools/pycuda_build.py without a GPU.
+"""tools/gpu/gpu-check and tools/gpu/pycuda_build.py without a GPU.
 
 What can go wrong before a kernel runs (finding the CUDA toolkit and a driver library to
 link PyCUDA against, a machine with no binding, no prepared folder) must end in a JSON
@@ -23,9 +23,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opfuse.tools import pycuda_build as pb
+# tools/gpu/ is a folder of scripts, not part of the installed package.
+GPU_TOOLS = Path(__file__).parents[2] / "tools" / "gpu"
+if str(GPU_TOOLS) not in sys.path:
+    sys.path.insert(0, str(GPU_TOOLS))
 
-GPU_CHECK = Path(__file__).parents[2] / "tools" / "gpu-check"
+import pycuda_build as pb  # noqa: E402
+
+GPU_CHECK = GPU_TOOLS / "gpu-check"
 
 
 def test_cuda_root_is_the_toolkit_with_cuda_h(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""gpu-check's attention section (tools/gpu_check_attention.py) and f16 in its plan,
+"""gpu-check's attention section (tools/gpu/gpu_check_attention.py) and f16 in its plan,
 without a GPU.
 
 Bundles prepared here at 1/16 size (batch and sequence; head dims kept, so the d128
@@ -24,7 +24,7 @@ import pytest
 
 from test_gpu_check import STUB, _gpu_check, timing_windows
 
-TOOLS = Path(__file__).parents[2] / "tools"
+TOOLS = Path(__file__).parents[2] / "tools" / "gpu"
 if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 

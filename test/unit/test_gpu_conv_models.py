@@ -18,8 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from opfuse.codegen import emulate, ptxas  # noqa: E402
-from opfuse.frontends.torch import import_module  # noqa: E402
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.lower import ptxas  # noqa: E402
+from opfuse.frontends.torch.importer import import_module  # noqa: E402
 
 from test_codegen_common import compile_cpu  # noqa: E402
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse.frontends.graphs import example_inputs, graphs
+from opfuse.frontends.builder.graphs import example_inputs, graphs
 
 RTOL, ATOL = 1e-4, 1e-5
 FULL_SIZE = ("g1_mlp", "g2_elementwise_chain", "g3_softmax", "g4_layernorm", "g8_x_minus_mean")

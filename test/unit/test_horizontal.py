@@ -1,4 +1,4 @@
-"""Horizontal fusion (opfuse-fuse-horizontal, codegen/horizontal.py): sibling matmuls over
+"""Horizontal fusion (opfuse-fuse-horizontal, backends/gpu/emit/horizontal.py): sibling matmuls over
 one LHS as one kernel, on the GPU emulator (race check on; SIMT in f32, tensor cores in
 f16/bf16) and on the CPU backend, against the builder's numpy reference. Shapes with
 tails (M, N not multiples of the tile), three projections with different N and their
@@ -12,10 +12,10 @@ import pytest
 
 import opfuse
 from opfuse.builder import Graph
-from opfuse.codegen import estimate
-from opfuse.codegen import ptxas as ptxas_mod
-from opfuse.codegen.gpu import compile_module
-from opfuse.frontends.graphs import graphs
+from opfuse.cost import gpu_time as estimate
+from opfuse.backends.gpu.lower import ptxas as ptxas_mod
+from opfuse.backends.gpu.compiler import compile_module
+from opfuse.frontends.builder.graphs import graphs
 
 from test_codegen_common import compile_cpu
 from test_codegen_mma import TOL, emulated

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from opfuse.frontends.graphs import graphs
+from opfuse.frontends.builder.graphs import graphs
 
 SEED = 10
 MUTANTS_PER_KIND = 3

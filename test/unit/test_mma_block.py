@@ -1,6 +1,6 @@
-"""The warp-level building block (codegen/mma.py) on its own, as another emitter (the
+"""The warp-level building block (backends/gpu/build/mma.py) on its own, as another emitter (the
 attention kernel) uses it: one warp stages operands into shared memory with
-codegen/async_copy.py, loads fragments, multiplies, turns two accumulators into an A
+backends/gpu/build/async_copy.py, loads fragments, multiplies, turns two accumulators into an A
 fragment (FlashAttention's P) and multiplies again, and stores through ``Warp.pairs``.
 Emulated (race check on) against numpy, f16 and bf16, with B stored both ways."""
 
@@ -11,8 +11,9 @@ import pytest
 from mlir import ir
 from mlir.dialects import gpu, vector
 
-from opfuse.codegen import async_copy, emulate, mma
-from opfuse.codegen.kernel import KernelBuilder, Param, Shared
+from opfuse.backends.gpu.build import async_copy, mma
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.build.kernel import KernelBuilder, Param, Shared
 from opfuse.ir import make_context
 from opfuse.runtime.schedule import bf16_bits_to_float32, float32_to_bf16_bits
 

@@ -2,7 +2,7 @@
 layer) and G7 (RMSNorm + SwiGLU) in f16 and bf16.
 
 * Full size, for sm_80 and sm_90: every matmul kernel is built by the tensor-core emitter
-  and so is every attention kernel (G5 is one, G6 has one: codegen/attention_mma.py, both
+  and so is every attention kernel (G5 is one, G6 has one: backends/gpu/emit/attention_mma.py, both
   products on tensor cores), its PTX contains ``mma.sync`` and ``cp.async`` (and
   ``ldmatrix``; ``.trans`` for the attention's V), and ``ptxas -v`` reports 0 bytes of
   spill stores and loads (skipped without ptxas).
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import pytest
 
-from opfuse.codegen import ptxas as ptxas_mod
-from opfuse.codegen.gpu import compile_module
-from opfuse.frontends.graphs import graphs
+from opfuse.backends.gpu.lower import ptxas as ptxas_mod
+from opfuse.backends.gpu.compiler import compile_module
+from opfuse.frontends.builder.graphs import graphs
 
 from test_codegen_common import compile_cpu
 from test_codegen_mma import TOL, emulated

@@ -14,7 +14,7 @@ import gc
 from mlir import ir
 
 import opfuse
-from opfuse.frontends.graphs import graphs
+from opfuse.frontends.builder.graphs import graphs
 
 
 def test_compiles_leave_no_context_behind():

@@ -1,6 +1,6 @@
 """The README's set-up installs opfuse without -e (`pip install .`): every package of the
 source tree must be listed in pyproject.toml, or that install imports fine in the tests
-(editable) and fails for users (opfuse.contract was missing: `fuse-run` raised ImportError)."""
+(editable) and fails for users (opfuse.contract was missing once: `fuse-run` raised ImportError)."""
 
 from __future__ import annotations
 

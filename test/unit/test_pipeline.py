@@ -16,7 +16,7 @@ from opfuse import ir as oir
 from opfuse import passes, pipeline
 from opfuse.errors import OpfuseError
 from opfuse.pipeline import DEFAULT_PIPELINE, OpfuseStep, Pipeline, UpstreamStep
-from opfuse.report import ledger as ledger_mod
+from opfuse.analysis import ledger as ledger_mod
 from opfuse.report import render
 
 INPUT = """\
@@ -398,14 +398,14 @@ def test_build_report_uses_the_cost_model(monkeypatch):
         bytes: int
         flops: int
 
-    fake_cost = types.SimpleNamespace(
+    fake_tables = types.SimpleNamespace(
         module_totals=lambda m: Totals(3, 144, 12) if "test.opfuse_outline" not in oir.print_module(m) else Totals(1, 48, 12),
         kernel_rows=lambda m: [{"name": "fusion_0_loop", "kind": "loop", "members": 3}],
     )
-    import opfuse
+    import opfuse.report
 
-    monkeypatch.setattr(opfuse, "cost", fake_cost, raising=False)
-    monkeypatch.setitem(sys.modules, "opfuse.cost", fake_cost)
+    monkeypatch.setattr(opfuse.report, "tables", fake_tables, raising=False)
+    monkeypatch.setitem(sys.modules, "opfuse.report.tables", fake_tables)
     before = _input()
     after = pipeline.clone_module(before)
     led = Pipeline.parse("opfuse-outline").run(after)

@@ -41,9 +41,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opfuse.builder import Graph, Tensor
-from opfuse.codegen import emulate
-from opfuse.codegen.gpu import GpuProgram, compile_module
-from opfuse.frontends.graphs import example_inputs
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.compiler import GpuProgram, compile_module
+from opfuse.frontends.builder.graphs import example_inputs
 from opfuse.ir import make_context, parse_module
 from opfuse.runtime.schedule import bind_params, plan_buffers, run_numpy
 

@@ -126,9 +126,9 @@ def random_case(draw, dtypes=("f16", "bf16", "tf32")) -> _Case:
 
 
 def _inputs(case: _Case, seed: int):
-    from opfuse.frontends.graphs import example_inputs
+    from opfuse.frontends.builder.graphs import example_inputs
 
-    from opfuse.frontends.builder import round_to_dtype
+    from opfuse.frontends.builder.graph import round_to_dtype
 
     values = example_inputs(case.g, seed)
     for name, s in case.scales.items():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse.codegen import emulate
+from opfuse.testing.emulator import emulate
 
 REGRESSIONS = Path(__file__).parents[1] / "regressions"
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse.codegen import emulate
-from opfuse.codegen.gpu import compile_module
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.compiler import compile_module
 from opfuse.errors import OpfuseError
 from opfuse.runtime import bundle as rb
 from opfuse.runtime.schedule import Buffer, Call, HostSchedule, View, plan_buffers

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from opfuse import ir as oir
-from opfuse.codegen import ptxas as ptxas_mod
-from opfuse.codegen.stages import program
+from opfuse.backends.gpu.lower import ptxas as ptxas_mod
+from opfuse.driver.compile import program
 from opfuse.pipeline import Pipeline
 
 EXAMPLES = Path(__file__).parents[2] / "examples"

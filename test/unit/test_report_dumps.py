@@ -131,7 +131,7 @@ def test_dump_dir_names_never_collide(tmp_path, capsys, monkeypatch):
 def test_fuse_run_dumps_both_programs_and_their_cpu_modules(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("OPFUSE_DUMP_DIR", str(tmp_path))  # the default for --dump-dir
     src = tmp_path / "small.mlir"
-    from opfuse.frontends.graphs import graphs
+    from opfuse.frontends.builder.graphs import graphs
 
     src.write_text(graphs(small=True)["g2_elementwise_chain"].to_mlir())
     assert fuse_run.main([str(src), "--repeat=0"]) == 0
@@ -152,7 +152,7 @@ def test_fuse_run_dumps_both_programs_and_their_cpu_modules(tmp_path, capsys, mo
 
 def test_fuse_run_report_dir(tmp_path, capsys):
     src = tmp_path / "small.mlir"
-    from opfuse.frontends.graphs import graphs
+    from opfuse.frontends.builder.graphs import graphs
     from opfuse.report import schema
 
     src.write_text(graphs(small=True)["g2_elementwise_chain"].to_mlir())

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse.codegen import emulate
+from opfuse.testing.emulator import emulate
 
 REGRESSION = Path(__file__).parents[1] / "regressions" / "scalar-arith-between-kernels.mlir"
 

@@ -1,6 +1,6 @@
 """Scans (``cumsum``): recognized from their triangular reduction as ``OpKind.SCAN``
 (``analysis/scan.py``), a ``scan`` group that takes the loop groups over its domain
-(``opfuse-fuse-scan``) and a warp/block scan kernel (``codegen/scan.py``). Checked: the
+(``opfuse-fuse-scan``) and a warp/block scan kernel (``backends/gpu/emit/scan.py``). Checked: the
 builder's reference against numpy, the CPU program fused and unfused, and the scan kernel
 in the emulator (race check on) against numpy: rows shorter than a warp, longer than a
 block's tile (several tiles carried by the loop), lengths that are not powers of two, row
@@ -16,8 +16,9 @@ import pytest
 import opfuse
 from opfuse.analysis.opinfo import OpKind, describe_all
 from opfuse.builder import Graph
-from opfuse.codegen import emulate, ptxas
-from opfuse.codegen.gpu import compile_module
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.lower import ptxas
+from opfuse.backends.gpu.compiler import compile_module
 from opfuse.ir import make_context, parse_module
 
 from test_codegen_common import assert_everywhere, compile_cpu

@@ -15,7 +15,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import opfuse  # noqa: E402
-from opfuse.frontends.torch import import_module  # noqa: E402
+from opfuse.frontends.torch.importer import import_module  # noqa: E402
 from test_torch_backend import dynamo  # noqa: E402,F401  (fixture: Executables compiled)
 from torch_models import (  # noqa: E402
     Attention,
@@ -129,8 +129,8 @@ def test_gqa_sdpa_through_torch_compile_is_one_attention_kernel(name, dynamo):
 
 @pytest.mark.parametrize("name", list(GQA))
 def test_gqa_sdpa_gpu_kernel_in_the_emulator(name):
-    from opfuse.codegen import emulate
-    from opfuse.codegen.gpu import compile_module
+    from opfuse.testing.emulator import emulate
+    from opfuse.backends.gpu.compiler import compile_module
 
     fn, mask = GQA[name]
     inputs = _gqa_inputs(mask)
@@ -168,8 +168,8 @@ def test_gqa_heads_not_a_multiple_is_refused():
     """Query heads not a multiple of K/V heads: torch itself refuses such a call, so the
     rule is called directly: an OpfuseError that says why (never a traceback)."""
     from opfuse.errors import OpfuseError
-    from opfuse.frontends.builder import Graph
-    from opfuse.frontends.torch_aten_matmul import _sdpa
+    from opfuse.frontends.builder.graph import Graph
+    from opfuse.frontends.torch.aten_matmul import _sdpa
 
     class Context:
         g, name, node = Graph("gqa"), "sdpa", None

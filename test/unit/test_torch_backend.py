@@ -32,8 +32,8 @@ F = torch.nn.functional
 import opfuse.api  # noqa: E402
 import opfuse.torch  # noqa: E402
 from opfuse.errors import OpfuseError  # noqa: E402
-from opfuse.frontends.torch import UnsupportedOpError  # noqa: E402
-from opfuse.runtime.executable import Executable  # noqa: E402
+from opfuse.frontends.torch.importer import UnsupportedOpError  # noqa: E402
+from opfuse.driver.executable import Executable  # noqa: E402
 from opfuse import torch_backend  # noqa: E402
 from opfuse.torch_backend import opfuse_backend  # noqa: E402
 from torch_models import (  # noqa: E402

@@ -1,5 +1,5 @@
 """The convolutional ops of real models through the torch importer
-(``opfuse.frontends.torch_aten_conv``): 1-D and 2-D convolutions (stride, padding,
+(``opfuse.frontends.torch.aten_conv``): 1-D and 2-D convolutions (stride, padding,
 dilation, groups, bias) with eval-mode BatchNorm and ReLU, GroupNorm, vector norms (weight
 norm), max and average pooling, compiled on the CPU backend against eager (f32:
 max |opfuse - eager| <= 1e-5 * max(1, max |eager|)), with nothing left eager; and the GPU
@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 import opfuse.torch  # noqa: E402
-from opfuse.codegen import emulate  # noqa: E402
-from opfuse.codegen.gpu import compile_module  # noqa: E402
-from opfuse.frontends.torch import import_module  # noqa: E402
+from opfuse.testing.emulator import emulate  # noqa: E402
+from opfuse.backends.gpu.compiler import compile_module  # noqa: E402
+from opfuse.frontends.torch.importer import import_module  # noqa: E402
 
 from test_codegen_common import compile_cpu  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The torch importer (opfuse.frontends.torch): numerics against torch eager, the IR it
+"""The torch importer (opfuse.frontends.torch.importer): numerics against torch eager, the IR it
 writes, kernel counts after fusion against the hand-written G graphs, and its errors.
 
 Numerics compare ``ImportedGraph.reference`` (the builder's numpy evaluation of the
@@ -25,9 +25,9 @@ nn = torch.nn
 F = torch.nn.functional
 
 from opfuse import ir as oir  # noqa: E402
-from opfuse.cost import module_totals  # noqa: E402
+from opfuse.report.tables import module_totals  # noqa: E402
 from opfuse.errors import OpfuseError  # noqa: E402
-from opfuse.frontends.torch import (  # noqa: E402
+from opfuse.frontends.torch.importer import (  # noqa: E402
     ImportedGraph,
     UnsupportedOpError,
     import_fx,
@@ -454,7 +454,7 @@ def test_unheld_inputs_and_training_dropout_are_errors():
 def test_core_package_imports_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import opfuse, opfuse.frontends.torch, opfuse.frontends.torch_decompositions\n"
+        "import opfuse, opfuse.frontends.torch.importer, opfuse.frontends.torch.decompositions\n"
         "try:\n"
         "    import torch\n"
         "except ImportError:\n"

@@ -16,9 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from opfuse.codegen import emulate  # noqa: E402
-from opfuse.codegen.gpu import compile_module  # noqa: E402
-from opfuse.frontends.torch import import_module  # noqa: E402
+from opfuse.testing.emulator import emulate  # noqa: E402
+from opfuse.backends.gpu.compiler import compile_module  # noqa: E402
+from opfuse.frontends.torch.importer import import_module  # noqa: E402
 
 import torch_models as tm  # noqa: E402
 from test_codegen_common import compile_cpu  # noqa: E402

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse.codegen import emulate, ptxas
-from opfuse.frontends.builder_reference import _conv2d
+from opfuse.testing.emulator import emulate
+from opfuse.backends.gpu.lower import ptxas
+from opfuse.frontends.builder.reference import _conv2d
 
 PATH = Path(__file__).resolve().parents[1] / "Inputs" / "torch-mlir" / "hand_written_net.mlir"
 TOL = dict(rtol=1e-5, atol=1e-5)

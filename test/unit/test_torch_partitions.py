@@ -1,4 +1,4 @@
-"""Partitioning, never all-or-nothing (``opfuse.frontends.torch_partition`` and
+"""Partitioning, never all-or-nothing (``opfuse.frontends.torch.partition`` and
 ``opfuse.torch_partitions``): a model with an op opfuse does not support runs with that op
 eager and everything around it compiled and fused, through ``opfuse.torch.compile`` and
 ``torch.compile(backend="opfuse")``; the report names every partition and every eager op
@@ -20,9 +20,9 @@ F = torch.nn.functional
 import opfuse.api  # noqa: E402
 import opfuse.torch  # noqa: E402
 from opfuse.errors import OpfuseError  # noqa: E402
-from opfuse.frontends.torch import export  # noqa: E402
-from opfuse.frontends.torch_partition import partition  # noqa: E402
-from opfuse.runtime.executable import Executable  # noqa: E402
+from opfuse.frontends.torch.importer import export  # noqa: E402
+from opfuse.frontends.torch.partition import partition  # noqa: E402
+from opfuse.driver.executable import Executable  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 

@@ -13,7 +13,7 @@ import pytest
 
 from bench import gpu_estimate
 from bench.peers import triton_peer as tp
-from opfuse.codegen import estimate
+from opfuse.cost import gpu_time as estimate
 
 H200 = estimate.device("sm_90")
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import opfuse
-from opfuse.codegen import emulate
+from opfuse.testing.emulator import emulate
 
 INPUTS = Path(__file__).resolve().parents[1] / "Inputs" / "torch-mlir"
 

@@ -137,7 +137,7 @@ def _nan_input() -> tuple:
 
 def _causal_or_random(*shape) -> torch.Tensor:
     """A random boolean mask that keeps the diagonal (no fully masked row: there torch's
-    softmax gives 0 and opfuse's NaN, see opfuse.frontends.torch_aten_reductions)."""
+    softmax gives 0 and opfuse's NaN, see opfuse.frontends.torch.aten_reductions)."""
     return (torch.rand(*shape) < 0.5) | torch.eye(shape[-2], shape[-1], dtype=torch.bool)
 
 

@@ -8,81 +8,31 @@ the cost guard; each candidate leaves a ledger entry. Costs are updated incremen
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Callable
 
 from mlir import ir
 
 from .. import cost
-from ..report import ledger
+from ..errors import OpfuseError
+from . import ledger
 from .graph import GROUP_ATTR, KIND_ATTR, FuncGraph, Node, value_bytes
-from .opinfo import LOOP_KINDS, OpKind
+from .group import FORCED_KINDS, Group, _shape, root_of  # noqa: F401  (re-exported)
+from .opinfo import OpKind
 
 _MOVERS = frozenset({OpKind.INJECTIVE, OpKind.BROADCAST})
 
-#: Group kinds only the pass that formed the group can tell (kept in ``opfuse.kind``).
-FORCED_KINDS = ("attention", "horizontal", "columns")
+#: ptxas's registers for a merge preview, ``measure(planner, p, c) -> int | None`` (None: keep
+#: the estimate), used when the guard options ask for ``measure_registers``. The GPU backend
+#: installs it (:func:`opfuse.backends.gpu.measure.install`): the planner sits below the backends
+#: and does not import them.
+_register_measure: Callable[["Planner", "Group", "Group"], int | None] | None = None
 
 
-@dataclass(eq=False)
-class Group:
-    """A set of nodes that will become one kernel."""
-
-    gid: int  # the representative node index
-    members: list[int]
-    reads: dict[ir.Value, int]  # external tensors read -> bytes
-    outputs: dict[ir.Value, int]  # tensors written for users outside the group -> bytes
-    flops: int
-    peak: int  # largest payload temporaries of any member
-    elem_bytes: int
-    kinds: set[OpKind] = field(default_factory=set)
-    first: int = 0
-    last: int = 0
-    domain: tuple[int, ...] = ()  # loop domain, or the row domain of its reductions
-    row_domain: tuple[int, ...] | None = None  # reduced domain of row reductions
-    #: A kind its members alone do not tell (``attention``: set by the pass that formed
-    #: the group and read back from ``opfuse.kind``).
-    forced_kind: str | None = None
-
-    @property
-    def q(self) -> int:
-        return sum(self.reads.values()) + sum(self.outputs.values())
-
-    @property
-    def kind(self) -> str:
-        """``output`` (has a contraction), ``conv`` (a convolution), ``input`` (a
-        reduction), ``scan`` (a running sum), ``loop`` or ``opaque``; or the kind a pass
-        gave it (``attention``)."""
-        if self.forced_kind is not None:
-            return self.forced_kind
-        if OpKind.OPAQUE in self.kinds:
-            return "opaque"
-        if OpKind.SCAN in self.kinds:
-            return "scan"
-        if OpKind.CONVOLUTION in self.kinds:
-            return "conv"
-        if OpKind.CONTRACTION in self.kinds:
-            return "output"
-        if OpKind.REDUCTION in self.kinds:
-            return "input"
-        return "loop"
-
-    @property
-    def is_loop(self) -> bool:
-        return self.kinds <= LOOP_KINDS
-
-    def copy(self) -> Group:
-        """A copy that shares nothing mutable with this group."""
-        return Group(self.gid, list(self.members), dict(self.reads), dict(self.outputs),
-                     self.flops, self.peak, self.elem_bytes, set(self.kinds), self.first,
-                     self.last, self.domain, self.row_domain, self.forced_kind)
-
-    def registers(self) -> int:
-        n_ptr = len(self.reads) + len(self.outputs)
-        if self.kind == "attention":  # the tile, not the payload, sets its registers
-            value_dim = max((_shape(v.type) or [1])[-1] for v in self.outputs) if self.outputs else 1
-            return cost.attention_registers(value_dim, n_ptr)
-        live = len(self.reads) + self.peak + len(self.outputs)
-        return cost.estimate_registers(self.kind, n_ptr, live, self.elem_bytes)
+def use_register_measure(
+        measure: Callable[["Planner", "Group", "Group"], int | None] | None) -> None:
+    """Install (or, with None, remove) the measurement behind ``measure_registers``."""
+    global _register_measure
+    _register_measure = measure
 
 
 class Planner:
@@ -173,9 +123,10 @@ class Planner:
         q_fused, q_inter = self._fused_q(p, c, merged)
         r_fused = estimate = merged.registers()
         if getattr(self.options, "measure_registers", False):
-            from ..codegen.measure import group_registers  # noqa: PLC0415  (GPU codegen)
-
-            r_fused = group_registers(self, p, c) or estimate
+            if _register_measure is None:
+                raise OpfuseError("measure_registers needs the GPU backend's measurement: "
+                                  "call opfuse.backends.gpu.measure.install() first")
+            r_fused = _register_measure(self, p, c) or estimate
         verdict = cost.guard(r_fused, p.q + c.q, q_fused, self.options, launches_saved=1)
         if r_fused != estimate:
             verdict.numbers["r_estimate"] = estimate  # r_fused is ptxas's figure
@@ -567,21 +518,6 @@ def _both_parts(v: ir.Value, a: int, b: int) -> int:
     return whole if max(a, b) >= whole else min(whole, a + b)
 
 
-def root_of(graph: FuncGraph, g: Group) -> int:
-    """The node that carries ``opfuse.kind``: the contraction of an output group, the
-    convolution of a conv group, the last reduction of an input group, the scan of a scan
-    group, the last member otherwise."""
-    want = {"output": OpKind.CONTRACTION, "conv": OpKind.CONVOLUTION, "input": OpKind.REDUCTION,
-            "attention": OpKind.CONTRACTION, "scan": OpKind.SCAN,
-            "horizontal": OpKind.CONTRACTION, "columns": OpKind.REDUCTION}.get(g.kind)
-    members = sorted(g.members)
-    if want is not None:
-        for m in reversed(members):
-            if graph.nodes[m].kind == want:
-                return m
-    return members[-1]
-
-
 def _payload_peak(node: Node) -> int:
     """Peak number of payload temporaries live at once (loads are counted by the group)."""
     if node.info.peak is None:
@@ -613,7 +549,3 @@ def _compute_peak(node: Node) -> int:
                 live -= 1
         next_id += n_res
     return max(1, peak)
-
-
-def _shape(t: ir.Type) -> list[int]:
-    return list(t.shape) if isinstance(t, ir.ShapedType) and t.has_rank else []

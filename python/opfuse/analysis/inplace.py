@@ -5,7 +5,7 @@ its ``outs`` operand. Where that operand is (a view of) an argument of a functio
 caller invokes with its own arrays (``linalg.matmul outs(%c)``, a reduction into an
 argument, a kernel call that does either), the program must copy the argument first: the
 caller's data is read-only (the CPU backend tells bufferization so: see
-``opfuse.codegen.cpu.protect_arguments``). A copy is needed only when the written buffer's
+``opfuse.backends.cpu.lower.protect_arguments``). A copy is needed only when the written buffer's
 old contents are read too (a matmul's accumulator, a generic whose body reads ``%out``);
 an ``outs`` operand that is only overwritten gets a fresh buffer instead.
 

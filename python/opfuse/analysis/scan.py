@@ -14,7 +14,7 @@ torch's ``aten.cumsum``): the result's loops ``d0 .. d(n-1)`` plus one reduction
       linalg.yield %y
 
 That is ``O(n²)`` work per row as written; recognized, it is ``OpKind.SCAN`` and a
-kernel of its own kind (``scan``: a warp/block scan on the GPU, ``codegen/scan.py``).
+kernel of its own kind (``scan``: a warp/block scan on the GPU, ``backends/gpu/emit/scan.py``).
 The recognition is structural (maps, iterators, the payload's dataflow), not by name.
 """
 

@@ -1,0 +1,3 @@
+"""Frontends: getting a linalg module from MLIR text (mlir/: the input contract), the Python
+builder (builder/) or PyTorch (torch/).
+"""

@@ -28,20 +28,15 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Fill (light) and stroke (dark) per kernel kind; "none" for nodes in no kernel.
+from .. import kinds as _kinds
+
+#: Fill (light) and stroke (dark) per kernel kind (opfuse.kinds); "none" for nodes in no
+#: kernel.
 KIND_COLORS: dict[str, tuple[str, str]] = {
-    "loop": ("#dbeafe", "#1d4ed8"),
-    "input": ("#dcfce7", "#15803d"),
-    "output": ("#ffedd5", "#c2410c"),
-    "attention": ("#fae8ff", "#a21caf"),
-    "conv": ("#fce7f3", "#be185d"),
-    "scan": ("#fef9c3", "#a16207"),
-    "columns": ("#ccfbf1", "#0f766e"),
-    "horizontal": ("#fef3c7", "#b45309"),
-    "opaque": ("#e5e7eb", "#4b5563"),
+    **{k.name: (k.fill, k.stroke) for k in _kinds.KINDS.values()},
     "none": ("#ffffff", "#6b7280"),
 }
-KINDS = ("loop", "input", "output", "attention", "conv", "scan", "columns", "horizontal", "opaque")
+KINDS = tuple(_kinds.KINDS)
 
 ENGINES = ("auto", "dot", "builtin")
 DOT_TIMEOUT_S = 60

@@ -22,6 +22,7 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
+from ..kinds import KINDS
 from . import graphview
 from .render import human_bytes, human_flops, human_rate, human_seconds
 
@@ -140,14 +141,9 @@ def _legend(kernels: list[dict[str, Any]]) -> str:
     counts = {k: 0 for k in graphview.KINDS}
     for i in range(len(kernels)):
         counts[graphview.kernel_kind(kernels, i)] += 1
-    what = {"loop": "elementwise / injective", "input": "reduction root",
-            "output": "matmul root + epilogue", "conv": "convolution root + epilogue",
-            "attention": "Q·Kᵀ → softmax → P·V, S on chip", "scan": "running sum (cumsum)",
-            "columns": "column reduction + consumers",
-            "horizontal": "sibling matmuls over one LHS",
-            "opaque": "not fusible"}
     items = "".join(
-        f'<span class="lg"><span class="sw kind-{k}"></span>{k} — {what[k]} ({counts[k]})</span>'
+        f'<span class="lg"><span class="sw kind-{k}"></span>{k} — {KINDS[k].label} '
+        f'({counts[k]})</span>'
         for k in graphview.KINDS)
     return f'<div class="legend">{items}</div>'
 

@@ -17,6 +17,8 @@ import sys
 from importlib import resources
 from typing import Any
 
+from ..kinds import KINDS
+
 SCHEMA_FILE = "report.schema.json"
 
 _ANNOTATIONS = {"title", "description", "$schema", "$id", "$defs"}
@@ -36,7 +38,10 @@ _TYPES = {
 def load_schema() -> dict[str, Any]:
     """The report schema (``opfuse/report/report.schema.json``)."""
     text = resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
-    return json.loads(text)
+    schema = json.loads(text)
+    # The kinds come from their registry, not from a copy in the file.
+    schema["$defs"]["kernel"]["properties"]["kind"]["enum"] = list(KINDS)
+    return schema
 
 
 def validate(instance: Any, schema: dict[str, Any] | None = None) -> list[str]:

@@ -37,10 +37,11 @@ from typing import Any, Mapping
 from mlir import ir
 
 # Bound at import, not looked up per call: target presets are data, not the cost model
-# a caller may substitute (tests replace ``opfuse.cost`` to check which figures it gives).
+# a caller may substitute (tests replace ``opfuse.report.tables`` to check which figures it
+# gives).
 from ..analysis.inplace import input_copies
 from ..cost import get_target
-from .ledger import Ledger
+from ..analysis.ledger import Ledger
 
 SCHEMA_ID = "opfuse-report/1"
 TOTAL_KEYS = ("kernels", "bytes", "flops")
@@ -64,10 +65,10 @@ def build_report(
         target: the GPU whose T_launch and B_mem price the saving (``estimate``).
         measured: ``ptxas -v`` figures per kernel name (see :func:`attach_measured`).
     """
-    from .. import cost  # noqa: PLC0415  (the cost model imports the analysis stack)
+    from . import tables  # noqa: PLC0415  (the tables import the planner)
 
-    before = _totals(cost.module_totals(before_module))
-    after = _totals(cost.module_totals(after_module))
+    before = _totals(tables.module_totals(before_module))
+    after = _totals(tables.module_totals(after_module))
     copies = [c.to_json() for c in input_copies(before_module)]
     if copies:
         before["copy_bytes"] = after["copy_bytes"] = sum(c["bytes"] for c in copies)
@@ -77,8 +78,8 @@ def build_report(
         "launches_saved": before["kernels"] - after["kernels"],
         "bytes_saved": before["bytes"] - after["bytes"],
     }
-    kernels = [dict(row) for row in cost.kernel_rows(after_module)]
-    _add_bytes_saved(kernels, cost.kernel_rows(before_module))
+    kernels = [dict(row) for row in tables.kernel_rows(after_module)]
+    _add_bytes_saved(kernels, tables.kernel_rows(before_module))
     decisions = ledger.to_json()
     _add_attention(kernels, decisions)
     graph = build_graph(before_module, kernels)

@@ -1,6 +1,6 @@
 """AOT bundles: a compiled program in one file, runnable without the compiler.
 
-``fuse-opt --emit=bundle -o g.opfuse`` (or :func:`opfuse.codegen.bundle.write`) stores a
+``fuse-opt --emit=bundle -o g.opfuse`` (or :func:`opfuse.backends.gpu.bundle.write`) stores a
 zip archive::
 
     manifest.json            entry, signature, host schedule, kernel specs, provenance

@@ -1,7 +1,7 @@
 """CPU backend: run an LLVM-dialect module (the ``cpu`` stage) with MLIR's ExecutionEngine.
 
-The module comes from :func:`opfuse.codegen.cpu.lower_to_llvm`, which turns every result of
-the entry function into an out-parameter and gives it a C interface. A call therefore is:
+The module comes from the CPU backend (:func:`opfuse.backends.cpu.lower.lower_to_llvm`),
+which turns every result of the entry function into an out-parameter and gives it a C interface. A call therefore is:
 validate the numpy inputs, allocate one numpy array per output, build a memref descriptor
 for every array and call ``_mlir_ciface_<entry>(in..., out...)``. The JIT code writes the
 outputs in place: nothing is returned through MLIR-allocated memory, so nothing leaks and
@@ -27,9 +27,8 @@ from mlir.execution_engine import ExecutionEngine
 
 from ..errors import EXIT_INTERNAL_ERROR, OpfuseError
 from ..ir import collect_diagnostics
-from ..codegen.cpu import compiled_threads, jit_symbol
 from . import async_workers
-from .executable import Signature, find_entry, signature_of
+from .signature import Signature
 
 #: Runtime libraries the JIT code may call: memrefCopy (strided memref.copy) from the C
 #: runner utils, and the bf16/f16 truncation helpers from the float16 utils.
@@ -38,8 +37,30 @@ RUNTIME_LIBRARIES = ("libmlir_float16_utils.so", "libmlir_c_runner_utils.so")
 OPT_LEVEL = 3
 
 #: MLIR's async runtime (an LLVM thread pool of one worker per hardware thread): what the
-#: code of a program compiled for more than one thread calls (codegen/cpu_threads.py).
+#: code of a program compiled for more than one thread calls (backends/cpu/threads.py).
 ASYNC_RUNTIME = "libmlir_async_runtime.so"
+
+
+#: Module attribute of the lowered module: the thread count it was compiled for (the
+#: runtime loads the async runtime library when it is above 1).
+THREADS_ATTR = "opfuse.cpu_threads"
+
+#: Every function of the lowered module is renamed ``<prefix><name>``: the JIT resolves
+#: calls by symbol, so a user function named like a C library function it calls (``powf``,
+#: ``expf``, ``free``) would otherwise capture those calls (a crash, found with a graph
+#: named ``@powf``).
+SYMBOL_PREFIX = "opfuse_"
+
+
+def jit_symbol(name: str) -> str:
+    """The name function ``name`` has in the lowered module."""
+    return SYMBOL_PREFIX + name
+
+
+def compiled_threads(llvm_module: ir.Module) -> int:
+    """The thread count the CPU backend compiled ``llvm_module`` for (1 if unknown)."""
+    attrs = llvm_module.operation.attributes
+    return ir.IntegerAttr(attrs[THREADS_ATTR]).value if THREADS_ATTR in attrs else 1
 
 
 @lru_cache(maxsize=1)
@@ -165,7 +186,7 @@ class CpuProgram:
     """One entry function of an LLVM-dialect module, JIT-compiled and callable with numpy.
 
     Args:
-        llvm_module: output of :func:`opfuse.codegen.cpu.lower_to_llvm` (kept alive here).
+        llvm_module: output of :func:`opfuse.backends.cpu.lower.lower_to_llvm` (kept alive here).
         signature: the entry's tensor-level signature (from the module before lowering).
         opt_level: LLVM optimization level (3 lets LLVM vectorize the loop nests).
 
@@ -210,18 +231,6 @@ class CpuProgram:
                 "unresolved symbols, if any, are listed on stderr",
                 exit_code=EXIT_INTERNAL_ERROR,
             ) from None
-
-    @classmethod
-    def from_module(
-        cls, module: ir.Module, entry: str | None = None, *, opt_level: int = OPT_LEVEL,
-        threads: int | None = None,
-    ) -> "CpuProgram":
-        """Lower a tensor-level module (plain or outlined) for ``threads`` threads (None:
-        ``OPFUSE_CPU_THREADS``, default every usable core) and JIT it."""
-        from ..codegen.cpu import lower_to_llvm
-
-        signature = signature_of(find_entry(module, entry))
-        return cls(lower_to_llvm(module, threads=threads), signature, opt_level=opt_level)
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
         """Run once; returns the outputs (fresh arrays), one per result.
@@ -274,7 +283,7 @@ class CpuProgram:
         keep_alive = (self, inputs, descriptors, pointers)
 
         def run() -> list[np.ndarray]:
-            # The program's workspaces (codegen/cpu_buffers.py) are global to it: one
+            # The program's workspaces (backends/cpu/buffers.py) are global to it: one
             # call at a time. ctypes releases the GIL during the call, so without the lock
             # two Python threads could run it at once.
             with lock:
@@ -304,17 +313,9 @@ def _check_c_interface(module: ir.Module, signature: Signature) -> None:
             return
     raise OpfuseError(
         f"@{signature.name} has no C interface ({name}) in the lowered module; "
-        "lower it with opfuse.codegen.cpu.lower_to_llvm",
+        "lower it with opfuse.backends.cpu.lower.lower_to_llvm",
         exit_code=EXIT_INTERNAL_ERROR,
     )
-
-
-def run_module(
-    module: ir.Module, *arrays: np.ndarray, entry: str | None = None,
-    threads: int | None = None,
-) -> list[np.ndarray]:
-    """Lower, JIT and run ``module`` once (a convenience for tests and tools)."""
-    return CpuProgram.from_module(module, entry, threads=threads)(*arrays)
 
 
 __all__: Sequence[str] = [
@@ -324,5 +325,4 @@ __all__: Sequence[str] = [
     "load_async_runtime",
     "runtime_libraries",
     "runtime_library_dir",
-    "run_module",
 ]

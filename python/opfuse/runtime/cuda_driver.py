@@ -354,7 +354,7 @@ def _close(drv: Driver) -> None:
 
 def install(drv: Driver) -> None:
     """Make ``drv`` the driver every later :func:`get` returns, whatever binding is asked
-    for (a stand-in for the GPU: tools/gpu-check's tests run it on a stubbed driver)."""
+    for (a stand-in for the GPU: tools/gpu/gpu-check's tests run it on a stubbed driver)."""
     _DRIVER.clear()
     for key in ("auto", *IMPLEMENTATIONS):
         _DRIVER[key] = drv

@@ -15,7 +15,7 @@ here). So:
   L2's size, enqueued before the start event, so it is not timed), one launch per pair of
   events: what a kernel costs when its inputs come from HBM.
 
-Everything returns seconds in plain dicts (the JSON of tools/gpu-check).
+Everything returns seconds in plain dicts (the JSON of tools/gpu/gpu-check).
 """
 
 from __future__ import annotations

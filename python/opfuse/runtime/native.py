@@ -82,7 +82,7 @@ class NativeProgram:
 
     def _call(self, func: str, args: list[np.ndarray], results: list[np.ndarray]) -> None:
         descs = [_Descriptor.of(a) for a in (*args, *results)]
-        # a kernel's workspace is a global of the library (codegen/cpu_buffers.py): one
+        # a kernel's workspace is a global of the library (backends/cpu/buffers.py): one
         # call at a time (ctypes releases the GIL)
         with self._lock:
             self._funcs[func](*[ctypes.byref(d) for d in descs])

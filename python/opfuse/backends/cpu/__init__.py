@@ -1,0 +1,3 @@
+"""The CPU backend: tensor-level kernels lowered to one LLVM-dialect module the runtime JITs
+(lower.py).
+"""

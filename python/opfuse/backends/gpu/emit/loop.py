@@ -1,0 +1,112 @@
+"""Loop kernels (elementwise/broadcast/injective groups) and the grid-stride fallback.
+
+Loop: every output has the iteration space of the largest one; thread ``t`` computes the
+``V`` consecutive elements starting at flat position ``t * V`` (``V`` = one 16-byte vector
+of the output's element type, halved until it divides the innermost dimension, so a vector
+never crosses a row and rows stay aligned). Operands indexed contiguously along the
+innermost dimension are read with one ``V``-wide load, operands that do not vary along it
+(row broadcasts) with one scalar load, anything else (transposed reads) lane by lane.
+Blocks of 256 threads; the last block is guarded.
+
+Fallback: any group (reductions included: each output point computes them sequentially)
+as a grid-stride loop over each output, 256 threads per block, one element per iteration.
+Correct for everything the evaluator can express; fast for nothing in particular.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from mlir import ir
+
+from ..build.evaluate import Evaluator
+from ..build.group import Group, require
+from ..build.kernel import KernelBuilder, delinearize, numel, vector_width
+
+BLOCK = 256
+#: Grid cap of the fallback's grid-stride loops (enough blocks to fill any current GPU).
+FALLBACK_MAX_BLOCKS = 4096
+MAX_GRID_X = 2**31 - 1
+
+
+def block_for(threads: int) -> int:
+    """256, or fewer (a multiple of 32) when there is less work: never a 1-thread block."""
+    return max(32, min(BLOCK, -(-threads // 32) * 32))
+
+
+class Launch1D(NamedTuple):
+    kb: KernelBuilder
+    index: ir.AffineExpr  # the thread's flat index, block_id.x * block + thread_id.x
+    launched: int  # threads launched (grid * block): more than asked when the last block is partial
+
+
+def launch_1d(group: Group, module: ir.Module, name: str, threads: int) -> Launch1D:
+    """A kernel of ``threads`` threads in one dimension: :func:`block_for`'s block, as many
+    blocks as it takes (the caller guards the last block when ``launched`` exceeds what it
+    needs)."""
+    block = block_for(threads)
+    grid = -(-threads // block)
+    require(grid <= MAX_GRID_X, "too many blocks")
+    kb = KernelBuilder(module, name, group.params, (grid, 1, 1), (block, 1, 1))
+    bx = kb.add_dim(kb.block_id[0])
+    tx = kb.add_dim(kb.thread_id[0])
+    return Launch1D(kb, bx * block + tx, grid * block)
+
+
+def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
+    outs = group.outputs
+    require(bool(outs), "no outputs")
+    sizes = {numel(o.shape) for o in outs}
+    require(len(sizes) == 1, "outputs of different sizes")
+    primary = max(outs, key=lambda o: len(o.shape))
+    n = numel(primary.shape)
+    require(n > 0, "an empty output")
+    lanes = vector_width(primary.element_type, primary.shape[-1] if primary.shape else 1)
+    for o in outs:
+        if o.shape:
+            lanes = min(lanes, vector_width(o.element_type, o.shape[-1]))
+    launch = launch_1d(group, module, name, -(-n // lanes))
+    kb = launch.kb
+    first = kb.apply(launch.index * lanes)
+    d0 = kb.add_dim(first)
+    ev = Evaluator(kb, group.func, group.leaves(kb.params), lanes=lanes, vdim=d0.position)
+
+    def body():
+        for o in outs:
+            idx = delinearize(d0, o.shape) if o.shape else []
+            val = ev.value(o.value, idx)
+            ev.store(group.output_leaf(o, group.result_param(kb.params, o.index)), tuple(idx), val)
+
+    if launch.launched * lanes != n:
+        with kb.if_(kb.cmp_lt(first, kb.index(n))):
+            body()
+    else:
+        body()
+    kb.vector_lanes = lanes
+    return kb
+
+
+def emit_fallback(group: Group, module: ir.Module, name: str) -> KernelBuilder:
+    outs = group.outputs
+    require(bool(outs), "no outputs")
+    n_max = max(numel(o.shape) for o in outs)
+    block = block_for(n_max)
+    grid = max(1, min(FALLBACK_MAX_BLOCKS, -(-n_max // block)))
+    kb = KernelBuilder(module, name, group.params, (grid, 1, 1), (block, 1, 1))
+    ev = Evaluator(kb, group.func, group.leaves(kb.params), sequential=True)
+    b = kb.add_dim(kb.block_id[0])
+    t = kb.add_dim(kb.thread_id[0])
+    start = kb.apply(b * block + t)
+    stride = kb.index(grid * block)
+    for o in outs:
+
+        def body(iv, _):
+            d = kb.add_dim(iv)
+            idx = delinearize(d, o.shape) if o.shape else []
+            val = ev.value(o.value, idx)
+            ev.store(group.output_leaf(o, group.result_param(kb.params, o.index)), tuple(idx), val)
+            return []
+
+        kb.for_(start, kb.index(numel(o.shape)), stride, [], body)
+    kb.vector_lanes = 1
+    return kb

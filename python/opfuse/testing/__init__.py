@@ -1,0 +1,1 @@
+"""Test support that ships with the package: the PTX emulator (emulator/)."""
