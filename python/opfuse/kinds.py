@@ -76,6 +76,12 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
 #: The kind of a group no other kind claims.
 DEFAULT = "loop"
 
+#: The kind of an op nothing fuses with, and of a kernel with no recorded kind.
+OPAQUE = "opaque"
+
+#: The kind whose kernels carry the attention figures in the report.
+ATTENTION = "attention"
+
 #: Derived kinds, strongest first: a group with an opaque op is ``opaque`` whatever else it
 #: holds, then a scan makes it ``scan``, a convolution ``conv``, a contraction ``output``,
 #: a reduction ``input``.
@@ -102,4 +108,4 @@ def get(name: str) -> Kind:
         raise KeyError(f"unknown group kind {name!r} (known: {', '.join(KINDS)})") from None
 
 
-__all__ = ["DEFAULT", "DERIVATION", "FORCED", "KINDS", "Kind", "derive", "get"]
+__all__ = ["ATTENTION", "DEFAULT", "OPAQUE", "DERIVATION", "FORCED", "KINDS", "Kind", "derive", "get"]

@@ -70,7 +70,7 @@ class Group:
 
     def registers(self) -> int:
         n_ptr = len(self.reads) + len(self.outputs)
-        if self.kind == "attention":  # the tile, not the payload, sets its registers
+        if kinds.get(self.kind).registers == "attention":  # the tile, not the payload, sets its registers
             value_dim = max((_shape(v.type) or [1])[-1] for v in self.outputs) if self.outputs else 1
             return cost.attention_registers(value_dim, n_ptr)
         live = len(self.reads) + self.peak + len(self.outputs)

@@ -70,8 +70,8 @@ class Drawing:
 def kernel_kind(kernels: list[dict[str, Any]], index: int | None) -> str:
     if index is None or index >= len(kernels):
         return "none"
-    kind = str(kernels[index].get("kind", "opaque"))
-    return kind if kind in KIND_COLORS else "opaque"
+    kind = str(kernels[index].get("kind", _kinds.OPAQUE))
+    return kind if kind in KIND_COLORS else _kinds.OPAQUE
 
 
 def draw(graph: dict[str, Any], kernels: list[dict[str, Any]], engine: str = "auto") -> Drawing:

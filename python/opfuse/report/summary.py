@@ -39,6 +39,7 @@ from mlir import ir
 # Bound at import, not looked up per call: target presets are data, not the cost model
 # a caller may substitute (tests replace ``opfuse.report.tables`` to check which figures it
 # gives).
+from .. import kinds
 from ..analysis.inplace import input_copies
 from ..cost import get_target
 from ..analysis.ledger import Ledger
@@ -195,7 +196,7 @@ def _add_attention(kernels: list[dict[str, Any]], decisions: list[dict[str, Any]
     the unfused kernels made (from the fusion's ledger entry), ``q_unfused`` their sum."""
     merges = [d for d in decisions if d.get("pass_name") == ATTENTION_PASS and d.get("fused")]
     for row in kernels:
-        if row.get("kind") != "attention":
+        if row.get("kind") != kinds.ATTENTION:
             continue
         members = set(_members(row))
         for d in merges:

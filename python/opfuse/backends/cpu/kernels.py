@@ -18,6 +18,7 @@ from mlir import ir
 from mlir.dialects import func as func_d
 from mlir.dialects import linalg
 
+from ... import kinds
 from . import matmul as cpu_matmul
 from .attention import lower_attention_kernels
 from .pipeline import apply_transform_script, run_pipeline
@@ -129,9 +130,10 @@ def fuse_kernel_functions(module: ir.Module) -> None:
     if marked:
         _generalize_marked(module)
     for func in kernel_functions(module):
-        pins = _pin_contraction_inputs(module, func) if _kind(func) in ("output", "horizontal") else []
+        matmul = _kind(func) is not None and kinds.get(_kind(func)).registers == "matmul"
+        pins = _pin_contraction_inputs(module, func) if matmul else []
         run_pipeline(func, KERNEL_PIPELINE)
-        if _kind(func) == "horizontal":
+        if matmul:
             _unshare_inits(func)
         for pin in pins:
             pin.erase()

@@ -1,9 +1,9 @@
 """The ATen op table: which rule imports each ATen overload (``RULES``), and which export
 bookkeeping ops are skipped (``IGNORED``).
 
-The rules live in families, one module each: ``torch_aten_pointwise``,
-``torch_aten_reductions``, ``torch_aten_matmul``, ``torch_aten_views``,
-``torch_aten_factories``, ``torch_aten_gather`` and ``torch_aten_conv`` (how a rule is written: ``torch_aten_rule``). To support an op, add its rule to the family it belongs to;
+The rules live in families, one module each: ``aten_pointwise``,
+``aten_reductions``, ``aten_matmul``, ``aten_views``,
+``aten_factories``, ``aten_gather`` and ``aten_conv`` (how a rule is written: ``aten_rule``). To support an op, add its rule to the family it belongs to;
 an op in neither table stops the import with ``UnsupportedOpError``
 (``opfuse.frontends.torch.importer``).
 """
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import aten_conv as torch_aten_conv
-from . import aten_factories as torch_aten_factories
-from . import aten_gather as torch_aten_gather
-from . import aten_matmul as torch_aten_matmul
-from . import aten_pointwise as torch_aten_pointwise
-from . import aten_reductions as torch_aten_reductions
-from . import aten_views as torch_aten_views
+from . import aten_conv
+from . import aten_factories
+from . import aten_gather
+from . import aten_matmul
+from . import aten_pointwise
+from . import aten_reductions
+from . import aten_views
 from .aten_rule import Rule
 
 # Export bookkeeping nodes that compute nothing (runtime checks of static facts).
@@ -41,11 +41,11 @@ def _merged(*families: ModuleType) -> dict[str, Rule]:
 
 
 RULES = _merged(
-    torch_aten_pointwise,
-    torch_aten_reductions,
-    torch_aten_matmul,
-    torch_aten_views,
-    torch_aten_factories,
-    torch_aten_gather,
-    torch_aten_conv,
+    aten_pointwise,
+    aten_reductions,
+    aten_matmul,
+    aten_views,
+    aten_factories,
+    aten_gather,
+    aten_conv,
 )

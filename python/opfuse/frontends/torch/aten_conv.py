@@ -14,7 +14,7 @@ group norm, vector norms, and max/avg pooling.
   input padded (``-inf`` / 0), one strided slice per window offset, combined with ``maximum``
   / summed and scaled: a loop kernel reading the input once per offset.
 
-How rules are written: ``torch_aten_rule``.
+How rules are written: ``aten_rule``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 ``arange`` is ``Graph.iota``; the others are ``Graph.full``, which the elementwise op that
 reads one usually folds into a constant of its body. The dtype is the one torch gives the
 node (``arange(8)`` is int64: the builder's i64); device, layout and pin_memory do not
-change values. How rules are written: ``torch_aten_rule``.
+change values. How rules are written: ``aten_rule``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the tensor, so an out-of-range index reads an edge element where torch raises).
 
 ``embedding``'s ``padding_idx``, ``scale_grad_by_freq`` and ``sparse`` change only the
 gradient. A boolean index tensor (``x[mask]``) has a data-dependent shape: not supported
-(export makes such a shape dynamic anyway). How rules are written: ``torch_aten_rule``.
+(export makes such a shape dynamic anyway). How rules are written: ``aten_rule``.
 """
 
 from __future__ import annotations

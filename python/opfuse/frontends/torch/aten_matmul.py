@@ -9,7 +9,7 @@ added, a boolean mask keeps the scores where it is true (``where(mask, s, -inf)`
 own shape so that the mask fuses into the softmax kernel. ``enable_gqa=True`` (grouped-query
 attention, fewer K/V heads than query heads) broadcasts each K/V head over its group of
 query heads, as transformers' ``repeat_kv`` does. How rules are written:
-``torch_aten_rule``.
+``aten_rule``.
 """
 
 from __future__ import annotations

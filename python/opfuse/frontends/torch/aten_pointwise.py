@@ -3,12 +3,12 @@ boolean logic, casts, and the ops that only copy.
 
 Each becomes a builder elementwise op or a short chain of them (``abs`` is ``max(x, -x)``,
 ``clamp`` a ``maximum`` then a ``minimum``, ``alpha=`` a ``mul``). Tensor operands are first
-cast to the dtype torch computes in (``torch_aten_rule.promote``). Comparisons and the
+cast to the dtype torch computes in (``aten_rule.promote``). Comparisons and the
 logical ops give the builder's i8 booleans; ``where`` and ``masked_fill`` are
 ``Graph.where`` (``masked_fill(x, m, v)`` is ``where(m, v, x)``); the bitwise ops take
 booleans only. ``_to_copy`` with a ``dtype=`` is ``Graph.cast``; the copies (``clone``,
 ``_to_copy`` without one, eval-mode ``dropout``) become nothing: builder values have no
-memory format. How rules are written: ``torch_aten_rule``.
+memory format. How rules are written: ``aten_rule``.
 """
 
 from __future__ import annotations

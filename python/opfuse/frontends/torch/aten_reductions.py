@@ -3,7 +3,7 @@
 The builder's own composites (``softmax``, ``layernorm``, ``rms_norm``) are used where ATen
 keeps the op whole, so an imported norm fuses like a hand-written one; ``var``,
 ``log_softmax`` and the statistics ``native_layer_norm`` returns for training are spelled
-out in sums and means. How rules are written: ``torch_aten_rule``.
+out in sums and means. How rules are written: ``aten_rule``.
 """
 
 from __future__ import annotations

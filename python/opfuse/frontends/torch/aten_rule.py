@@ -6,9 +6,9 @@ with the FX node's arguments, every fx node among them replaced by its builder v
 keeps what it returns as the node's value. ``imp`` is a :class:`RuleContext`: the graph
 being built, the node, its name, and the error for an argument the rule cannot import.
 
-Each rule family (``torch_aten_pointwise``, ``torch_aten_reductions``, ``torch_aten_matmul``,
-``torch_aten_views``, ``torch_aten_factories``) fills its own table through :func:`registrar`;
-``torch_aten`` merges the tables into the one the importer looks ops up in.
+Each rule family (``aten_pointwise``, ``aten_reductions``, ``aten_matmul``,
+``aten_views``, ``aten_factories``) fills its own table through :func:`registrar`;
+``aten`` merges the tables into the one the importer looks ops up in.
 
 Dtypes follow torch's: a rule casts its tensor operands to the dtype torch computes in
 (:func:`promote`; ``bool * 1.0`` multiplies in f32), and the importer checks that every

@@ -4,7 +4,7 @@
 Permutes, views, broadcasts and ``cat`` are the builder's ``transpose``, ``reshape``,
 ``broadcast_to`` and ``concat``; selects, slices and splits are ``TorchGraph.slice``
 (``torch_graph``).
-``getitem`` picks one result of a multi-result op. How rules are written: ``torch_aten_rule``.
+``getitem`` picks one result of a multi-result op. How rules are written: ``aten_rule``.
 """
 
 from __future__ import annotations

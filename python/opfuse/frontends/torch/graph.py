@@ -2,7 +2,7 @@
 ``slice`` (``tensor.extract_slice``), the one op the ATen rules need that the builder lacks.
 
 A stopgap (the class docstring says why and how it goes away); the rules that slice are in
-``torch_aten_views``.
+``aten_views``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ torch is imported lazily: ``import opfuse`` works without it.
 
 This module is the driver: export, the walk over the program's nodes, inputs and outputs,
 and the errors that name the op and the user code. What each ATen op becomes is in the op
-table (``torch_aten``, its rules in ``torch_aten_*`` families); the graph they build is a
+table (``aten``, its rules in ``aten_*`` families); the graph they build is a
 ``torch_graph.TorchGraph``.
 """
 
@@ -266,7 +266,7 @@ def _register_cache_pytrees(model: Any) -> None:
 
 class _Importer:
     """Replays one exported program's nodes on a builder graph; every rule gets it as its
-    ``RuleContext`` (``torch_aten_rule``)."""
+    ``RuleContext`` (``aten_rule``)."""
 
     def __init__(self, program: Any, name: str):
         self.program = program

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from mlir import ir
 from mlir.passmanager import PassManager
 
+from .... import kinds
 from ....errors import EXIT_INTERNAL_ERROR, OpfuseError
 from ....ir import collect_diagnostics
 from .evaluate import Leaf, op_of
@@ -77,7 +78,7 @@ def prepare(func_op: ir.Operation) -> Group:
     kind = (
         ir.StringAttr(func_op.attributes[KIND_ATTR]).value
         if KIND_ATTR in func_op.attributes
-        else "opaque"
+        else kinds.OPAQUE
     )
     ctx = func_op.context
     scratch = ir.Module.create(ir.Location.unknown(ctx))
