@@ -189,6 +189,20 @@ def add_contract_arguments(parser: argparse.ArgumentParser) -> None:
         help="refuse inputs with a tensor (argument, result or intermediate) larger than "
         f"SIZE (bytes, or 512MiB, 16GiB; default ${config.MAX_TENSOR_BYTES.name} or "
         f"{config.MAX_TENSOR_BYTES.default})")
+    parser.add_argument(
+        "--dim-size", type=_positive, metavar="N",
+        help="compile an entry function with ? dims (tensor<?x...>) at N for every ? dim of "
+        "its arguments; the sizes derived from them are folded through the program")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a size of 1 or more, got {text!r}")
+    return value
 
 
 def _size(text: str) -> int:
@@ -205,8 +219,26 @@ def parse_and_accept(text: str, filename: str, args: argparse.Namespace, ctx: An
     from opfuse.frontends.mlir import contract  # noqa: PLC0415
 
     module = oir.parse_module(text, ctx, filename=filename)
+    size = getattr(args, "dim_size", None)
+    if size is not None:
+        module = _at_dim_size(module, text, filename, getattr(args, "entry", None), size, ctx)
     return contract.accept(module, filename=filename,
-                           limits=contract.Limits(getattr(args, "max_tensor_bytes", None)))
+                           limits=contract.Limits(getattr(args, "max_tensor_bytes", None)),
+                           entry=getattr(args, "entry", None))
+
+
+def _at_dim_size(module: Any, text: str, filename: str, entry: str | None, size: int,
+                 ctx: Any) -> Any:
+    """``--dim-size``: the module with its entry's ``?`` dims at ``size`` (unchanged when
+    the entry has none)."""
+    from opfuse.frontends.mlir import specialize  # noqa: PLC0415
+
+    func = oir.find_entry(module, entry)
+    if not specialize.is_dynamic(func):
+        return module
+    static = specialize.specialize(text, specialize.uniform_shapes(func, size), entry=entry,
+                                   filename=filename, ctx=ctx)
+    return oir.parse_module(static, ctx, filename=filename)
 
 
 def read_input(path: str) -> tuple[str, str]:

@@ -41,7 +41,7 @@ from opfuse.api import BACKENDS
 from opfuse.driver import progress
 from opfuse.errors import EXIT_OK, OpfuseError
 from opfuse.report import render as render_mod
-from opfuse.ir import find_entry
+from opfuse.ir import find_entry, prune_to_entry
 from opfuse.runtime.signature import Signature, signature_of
 from opfuse.harness.bisect import Bisection
 from opfuse.harness.compare import (
@@ -236,39 +236,6 @@ def _find_entry(module: Any, entry: str | None) -> Any:
         return find_entry(module, entry)
     except OpfuseError as e:  # its hint names the API's keyword; say the flag
         raise OpfuseError(str(e).replace("name one with entry=", "name one with --entry NAME"))
-
-
-def prune_to_entry(module: ir.Module, entry: str) -> None:
-    """Erase the functions ``@entry`` does not call (directly or not), so that compile
-    time and the kernel and byte counts are the entry's, not the whole module's."""
-    funcs = {}
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            funcs[ir.StringAttr(op.operation.attributes["sym_name"]).value] = op.operation
-    reachable, todo = set(), [entry]
-    while todo:
-        name = todo.pop()
-        if name in reachable or name not in funcs:
-            continue
-        reachable.add(name)
-        todo += _callees(funcs[name])
-    for name, op in funcs.items():
-        if name not in reachable:
-            op.erase()
-
-
-def _callees(func: ir.Operation) -> list[str]:
-    names = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        for key in op.attributes:  # iterating an attribute map gives the names
-            attr = op.attributes[key]
-            if isinstance(attr, ir.FlatSymbolRefAttr):
-                names.append(attr.value)
-        return ir.WalkResult.ADVANCE
-
-    func.walk(visit)
-    return names
 
 
 def _check_args(args: argparse.Namespace) -> None:

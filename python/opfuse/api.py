@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from .analysis import ledger as ledger_mod
 from .report.summary import build_report
 from .driver import progress
 from .driver.executable import Executable
+from .driver.specialized import SpecializedExecutable
+from .frontends.mlir import specialize
 
 #: Without fusion the program is still outlined, one kernel per op: the unfused baseline is
 #: compiled and measured exactly like the fused one.
@@ -26,9 +29,16 @@ BACKENDS = ("auto", "cpu", "cuda")
 
 
 def load_source(source: Any, ctx: ir.Context | None = None, *,
-                limits: contract.Limits | None = None) -> ir.Module:
+                limits: contract.Limits | None = None, entry: str | None = None) -> ir.Module:
     """A module from a path, MLIR text, an ``ir.Module`` (copied) or a builder Graph,
-    checked against the input contract (:func:`opfuse.frontends.mlir.contract.accept`)."""
+    checked against the input contract (:func:`opfuse.frontends.mlir.contract.accept`);
+    with ``entry``, only that function and what it calls are kept and checked."""
+    module, name = parse_source(source, ctx)
+    return contract.accept(module, filename=name, limits=limits, entry=entry)
+
+
+def parse_source(source: Any, ctx: ir.Context | None = None) -> tuple[ir.Module, str]:
+    """(module, name for messages) of a source, parsed but not yet checked."""
     if isinstance(source, ir.Module):
         module = oir.parse_module(oir.print_module(source, debug_info=True), ctx or source.context)
         name = "<module>"
@@ -41,7 +51,7 @@ def load_source(source: Any, ctx: ir.Context | None = None, *,
     else:
         raise OpfuseError(f"cannot compile a {type(source).__name__}: pass a path, MLIR text, "
                           "an mlir.ir.Module or an opfuse.builder.Graph")
-    return contract.accept(module, filename=name, limits=limits)
+    return module, name
 
 
 def resolve_backend(backend: str) -> str:
@@ -108,8 +118,12 @@ def compile(  # noqa: A001  (the public name the issue asks for)
         # None: the environment decides when the GPU program is built, as it always has.
         explicit = matmul is not None or allow_tf32 is not None
         codegen = CodegenOptions.resolve(matmul, allow_tf32, target) if explicit else None
+        again = dict(backend=backend, target=target, pipeline=pipeline, fusion=fusion,
+                     dump_dir=dump_dir, entry=entry, max_tensor_bytes=max_tensor_bytes,
+                     threads=threads, matmul=matmul, allow_tf32=allow_tf32, **pass_options)
         return _compile(source, backend, target, pipeline, fusion, dump_dir, entry,
-                        max_tensor_bytes, threads, codegen, pass_options)
+                        max_tensor_bytes, threads, codegen, pass_options,
+                        at_shapes=lambda text: compile(text, **again))
     except OpfuseError:
         raise
     except RecursionError as e:
@@ -119,14 +133,27 @@ def compile(  # noqa: A001  (the public name the issue asks for)
                           exit_code=EXIT_INTERNAL_ERROR) from e
 
 
+#: The keywords of :func:`compile` besides its pass options (``torch.compile``'s
+#: ``options=`` is checked against them).
+COMPILE_KEYWORDS: tuple[str, ...] = tuple(
+    p.name for p in inspect.signature(compile).parameters.values()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
 def _compile(source: Any, backend: str, target: str, pipeline: Pipeline | str | None,
              fusion: bool, dump_dir: str | os.PathLike | None, entry: str | None,
              max_tensor_bytes: int | str | None, threads: int | None,
-             codegen: CodegenOptions | None, pass_options: dict[str, Any]) -> Executable:
+             codegen: CodegenOptions | None, pass_options: dict[str, Any],
+             at_shapes: Any = None) -> Executable | SpecializedExecutable:
     if isinstance(max_tensor_bytes, str):
         max_tensor_bytes = contract.parse_bytes(max_tensor_bytes, "max_tensor_bytes")
     with progress.stage("linalg"):
-        module = load_source(source, limits=contract.Limits(max_tensor_bytes))
+        module, name = parse_source(source)
+        dynamic = _dynamic_entry(module, entry)
+        if dynamic is not None and at_shapes is not None:
+            return _specialized(module, name, dynamic, at_shapes)
+        module = contract.accept(module, filename=name,
+                                 limits=contract.Limits(max_tensor_bytes), entry=entry)
         linalg_text = oir.print_module(module, debug_info=True)
         before = oir.parse_module(linalg_text, module.context)
     pipe = _choose_pipeline(pipeline, fusion, target, pass_options)
@@ -144,6 +171,30 @@ def _compile(source: Any, backend: str, target: str, pipeline: Pipeline | str | 
                       codegen=codegen)
 
 
+def _dynamic_entry(module: ir.Module, entry: str | None) -> ir.Operation | None:
+    """The entry function if it has ``?`` dims (None if it has none, or no entry can be
+    chosen: the contract then says why)."""
+    try:
+        func = oir.find_entry(module, entry)
+    except OpfuseError:
+        return None
+    return func if specialize.is_dynamic(func) else None
+
+
+def _specialized(module: ir.Module, name: str, func: ir.Operation,
+                 compile_text: Any) -> SpecializedExecutable:
+    """A dynamic entry: compiled at each call's shapes, with this call's options."""
+    entry = ir.StringAttr(func.attributes["sym_name"]).value
+    text = oir.print_module(module, debug_info=True)
+
+    def at(shapes):
+        with progress.stage("linalg"):
+            static = specialize.specialize(text, shapes, entry=entry, filename=name)
+        return compile_text(static)
+
+    return SpecializedExecutable(entry, specialize.argument_shapes(func), at)
+
+
 def _choose_pipeline(pipeline: Pipeline | str | None, fusion: bool, target: str,
                      pass_options: dict[str, Any]) -> Pipeline:
     if pipeline is not None:
@@ -157,4 +208,4 @@ def _choose_pipeline(pipeline: Pipeline | str | None, fusion: bool, target: str,
     return Pipeline.default(disable=disable, target=target, **pass_options)
 
 
-__all__ = ["compile", "load_source", "UNFUSED_PIPELINE", "ledger_mod"]
+__all__ = ["COMPILE_KEYWORDS", "compile", "load_source", "UNFUSED_PIPELINE", "ledger_mod"]

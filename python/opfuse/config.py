@@ -112,6 +112,14 @@ CPU_PARALLEL_MIN_US = env(
     "measured: backends/cpu/grain.py); 0 parallelizes every tile loop",
     default="800",
 )
+TORCH_SHAPE_SECONDS = env(
+    "OPFUSE_TORCH_SHAPE_SECONDS",
+    "torch.compile: a graph Dynamo traced with symbolic sizes is compiled again at each new "
+    "shape until its compiles have taken this many seconds (or 8 shapes); new shapes then "
+    "run eagerly, named by one FallbackWarning (a generate() loop's cache grows every "
+    "token: compiling each step costs more than it saves)",
+    default="15",
+)
 TEMP_DIR = env(
     "OPFUSE_TEMP_DIR",
     "root of opfuse's temporary folders (reproducers of internal errors, libraries "

@@ -329,6 +329,39 @@ def walk_nested(op: ir.Operation) -> Iterator[ir.Operation]:
             stack.extend(children)
 
 
+def prune_to_entry(module: ir.Module, entry: str) -> None:
+    """Erase the functions ``@entry`` does not call (directly or not), so that compile
+    time and the kernel and byte counts are the entry's, not the whole module's."""
+    funcs = {}
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            funcs[ir.StringAttr(op.operation.attributes["sym_name"]).value] = op.operation
+    reachable, todo = set(), [entry]
+    while todo:
+        name = todo.pop()
+        if name in reachable or name not in funcs:
+            continue
+        reachable.add(name)
+        todo += _callees(funcs[name])
+    for name, op in funcs.items():
+        if name not in reachable:
+            op.erase()
+
+
+def _callees(func: ir.Operation) -> list[str]:
+    names = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        for key in op.attributes:  # iterating an attribute map gives the names
+            attr = op.attributes[key]
+            if isinstance(attr, ir.FlatSymbolRefAttr):
+                names.append(attr.value)
+        return ir.WalkResult.ADVANCE
+
+    func.walk(visit)
+    return names
+
+
 def find_entry(module: ir.Module, entry: str | None = None) -> ir.Operation:
     """The entry ``func.func``: ``entry`` by name, else the only public function with a body.
 

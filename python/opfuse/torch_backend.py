@@ -19,8 +19,8 @@ and an input or parameter that requires grad) runs the model eagerly instead, wi
 :class:`FallbackWarning`; call compiled models under ``torch.no_grad()`` or
 ``torch.inference_mode()``.
 
-The Dynamo backend never fails the user's model: a graph that does not export (a dynamic
-shape, an export error) runs eagerly whole, a partition that does not compile or fails at
+The Dynamo backend never fails the user's model: a graph that does not export runs
+eagerly whole, a partition that does not compile or fails at
 its first call runs eagerly, each with a :class:`FallbackWarning` that names the reason.
 It is registered under the name ``opfuse`` through the ``torch_dynamo_backends`` entry
 point; :func:`register` does the same in-process where the package is not installed.
@@ -47,6 +47,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from .errors import OpfuseError
 from .frontends.torch.importer import example_args, export, export_fx
 from .frontends.torch.importer import example_kwargs as _example_kwargs
+from .torch_shapes import ShapeSpecializedGraph, is_symbolic, item_inputs
 from .torch_partitions import (
     TORCH_DTYPES,
     FallbackWarning,
@@ -158,25 +159,74 @@ def opfuse_backend(
     """The ``torch.compile`` backend: compile Dynamo's FX graph partition by partition.
 
     ``torch.compile(model, backend="opfuse", options={"backend": "cpu", "delta": 0.2})``
-    passes ``options`` here: ``target``, ``backend`` and the options of
-    :func:`opfuse.compile`. ``mode`` is accepted and ignored.
+    passes ``options`` here: the keywords of :func:`opfuse.compile` (``target``,
+    ``backend``, ``threads``, ``matmul``, ...) and the default pipeline's pass options.
+    ``mode`` changes nothing (opfuse has one mode); a value other than ``"default"`` is
+    named in a warning once.
+
+    A graph Dynamo traced with symbolic sizes (the model called at a second shape), or
+    with a float it made dynamic, is compiled at each concrete shape (and value) it is
+    called with (:mod:`opfuse.torch_shapes`).
 
     Returns:
         A function of the graph's inputs returning its outputs: the split graph, its
         supported partitions compiled and the rest eager (named by a
         :class:`FallbackWarning`); ``gm.forward`` itself, with a warning, when the graph
         does not export at all.
+
+    Raises:
+        OpfuseError: an option opfuse does not know (a typo is not a reason to run eagerly).
     """
-    del mode  # opfuse has one mode
-    opts = dict(options or {})
+    opts = _checked_options(options)
+    _note_mode(mode)
+    if is_symbolic(example_inputs) or item_inputs(gm):  # sizes or floats Dynamo made dynamic
+        return ShapeSpecializedGraph(
+            gm, lambda specialized, args: _static_graph(specialized, args, opts, eager=gm))
+    return _static_graph(gm, example_inputs, opts)
+
+
+def _static_graph(gm: Any, example_inputs: Sequence[Any], opts: dict[str, Any],
+                  eager: Any = None) -> Callable:
+    """``gm`` compiled for the shapes of ``example_inputs`` (or, warned, ``eager.forward``:
+    ``gm``'s unless another graph is the eager one)."""
+    eager = gm if eager is None else eager
     try:
         with _quiet_export():
             exported = export_fx(_decompose_fastpath(gm), example_inputs)
         program = PartitionedProgram(exported, **opts)
     except Exception as e:  # noqa: BLE001  (never fail the user's model: run it eagerly)
         warn(f"running eagerly, not compiled: {reason(e)}")
-        return gm.forward
-    return _DynamoGraph(gm, exported, program)
+        return eager.forward
+    return _DynamoGraph(eager, exported, program)
+
+
+def _checked_options(options: dict | None) -> dict[str, Any]:
+    """``options`` as :func:`opfuse.compile` keywords; an unknown key raises, listing the
+    valid ones."""
+    from . import api
+    from .pipeline import default_option_names
+
+    opts = dict(options or {})
+    valid = set(api.COMPILE_KEYWORDS) | set(default_option_names()) | {"disable"}
+    unknown = sorted(k for k in opts if k.replace("-", "_") not in valid)
+    if unknown:
+        raise OpfuseError(
+            f"torch.compile(backend={BACKEND_NAME!r}): unknown option(s) "
+            f"{', '.join(map(repr, unknown))}; valid options: {', '.join(sorted(valid))}")
+    return opts
+
+
+_MODES_NOTED: set[str] = set()
+
+
+def _note_mode(mode: str | None) -> None:
+    """Name a ``mode=`` opfuse ignores, once per value (Inductor's ``max-autotune``,
+    ``reduce-overhead``: opfuse's kernels are chosen by its cost model either way)."""
+    if mode in (None, "default") or mode in _MODES_NOTED:
+        return
+    _MODES_NOTED.add(mode)
+    warnings.warn(f"opfuse: torch.compile(mode={mode!r}) changes nothing in opfuse (it has one "
+                  "mode: the cost model picks the kernels)", UserWarning, stacklevel=3)
 
 
 def register(name: str = BACKEND_NAME) -> None:

@@ -3,8 +3,9 @@
 // RUN: %expect-exit 1 fuse-opt %s --split-input-file --opfuse-fuse-elementwise 2>&1 | filecheck %s
 // CHECK-NOT: Traceback
 
-// Dynamic shapes are a later goal: a clear error at the argument's function.
-// CHECK: fuse-elementwise-error.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: dynamic shapes are not supported yet: argument 0 of @dynamic has type tensor<?x4xf32>
+// A dynamic entry with no sizes to compile it at (no --dim-size): a clear error at the
+// argument's function.
+// CHECK: fuse-elementwise-error.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: dynamic shapes are compiled at given sizes (--dim-size N{{.*}}): argument 0 of @dynamic has type tensor<?x4xf32>
 func.func @dynamic(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
   return %x : tensor<?x4xf32>
 }
@@ -13,7 +14,7 @@ func.func @dynamic(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
 
 // ... and at the op that produces one.
 func.func @dynamic_result(%x: tensor<8x4xf32>) -> tensor<?x4xf32> {
-  // CHECK: fuse-elementwise-error.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: dynamic shapes are not supported yet: 'tensor.cast' produces tensor<?x4xf32>
+  // CHECK: fuse-elementwise-error.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: a ? dim inside a function is supported where it follows from a dynamic entry's argument sizes: 'tensor.cast' produces tensor<?x4xf32>
   %0 = tensor.cast %x : tensor<8x4xf32> to tensor<?x4xf32>
   return %0 : tensor<?x4xf32>
 }

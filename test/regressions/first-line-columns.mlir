@@ -9,7 +9,7 @@ func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> { %0 = arith.bogus %x : tens
 
 // -----
 
-// CHECK: first-line-columns.mlir:[[# @LINE + 1]]:1: error: dynamic shapes are not supported yet: argument 0 of @dynamic
+// CHECK: first-line-columns.mlir:[[# @LINE + 1]]:1: error: dynamic shapes are compiled at given sizes (--dim-size N{{.*}}): argument 0 of @dynamic
 func.func @dynamic(%x: tensor<?xf32>) -> tensor<?xf32> {
   return %x : tensor<?xf32>
 }

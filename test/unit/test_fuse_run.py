@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from opfuse import ir as oir
+from opfuse.ir import prune_to_entry
 from opfuse.backends.cpu import threads as cpu_threads
 from opfuse.frontends.builder.graphs import graphs
 from opfuse.runtime.signature import Signature, TensorSpec
@@ -335,7 +336,7 @@ def test_prune_to_entry_keeps_callees():
         "  return %0 : tensor<4xf32>\n}\n"
         "func.func @other(%x: tensor<4xf32>) -> tensor<4xf32> { return %x : tensor<4xf32> }\n"
     )
-    fuse_run.prune_to_entry(module, "main")
+    prune_to_entry(module, "main")
     text = oir.print_module(module)
     assert "@helper" in text and "@main" in text and "@other" not in text
 

@@ -277,15 +277,6 @@ def test_recording_autograd_runs_eagerly():
 # --------------------------------------------------------------------------- fallbacks
 
 
-def test_dynamic_shapes_fall_back_with_a_warning(dynamo):
-    model = nn.Sequential(nn.Linear(8, 8), nn.GELU()).eval()
-    fast = torch.compile(model, backend="opfuse", dynamic=True)
-    with torch.no_grad(), pytest.warns(opfuse.torch.FallbackWarning, match="static"):
-        for n in (3, 5):
-            x = torch.randn(n, 8)
-            assert torch.equal(fast(x), model(x))
-
-
 def test_opfuse_error_at_first_call_falls_back(dynamo, monkeypatch):
     model, x = nn.Linear(8, 8).eval(), torch.randn(4, 8)
 

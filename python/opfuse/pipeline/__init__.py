@@ -44,6 +44,7 @@ from .run import (
     _no_cyclic_gc,
     _print_op,
     _run_step,
+    default_option_names,
     make_step,
     mlir_error_lines,
     upstream,
@@ -63,6 +64,7 @@ from .text import (
 
 __all__ = [
     "DEFAULT_PIPELINE",
+    "default_option_names",
     "OpfuseStep",
     "Pipeline",
     "Step",

@@ -142,6 +142,14 @@ class UpstreamStep:
 Step = Union[OpfuseStep, UpstreamStep]
 
 
+def default_option_names() -> list[str]:
+    """The options of the default pipeline's passes (``delta``, ``r_limit``, ...), sorted:
+    what ``Pipeline.default(**options)`` and ``opfuse.compile(**pass_options)`` take."""
+    reg = registry()
+    return sorted({f for name in DEFAULT_PIPELINE
+                   for f in option_fields(_pass_module(name, reg).Options)})
+
+
 def make_step(name: str, options: Any = None, **values: Any) -> OpfuseStep:
     """The opfuse pass ``name`` with ``options`` (an Options instance, default: defaults),
     overridden by ``values`` (typed, or text as in a pipeline string)."""
@@ -233,7 +241,7 @@ class Pipeline:
         mods = {name: _pass_module(name, reg) for name in DEFAULT_PIPELINE}
         fields = {name: option_fields(m.Options) for name, m in mods.items()}
         options = {k.replace("-", "_"): v for k, v in options.items()}
-        known = {f for fs in fields.values() for f in fs}
+        known = set(default_option_names())
         for key in options:
             if key not in known:
                 raise OpfuseError(

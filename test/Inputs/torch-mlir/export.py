@@ -45,12 +45,46 @@ MODELS = {
 }
 
 
+class LayerNormLinearGelu(torch.nn.Module):
+    """LayerNorm(64) -> Linear(64, 32) -> GELU (erf): a transformer MLP's first half."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = layernorm()
+        self.fc = torch.nn.Linear(64, 32)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fc(self.norm(x)))
+
+
+# Exported with torch.export Dims: the sizes are ? in the linalg, read with tensor.dim.
+BATCH = torch.export.Dim("batch")
+DYNAMIC = {
+    "softmax_dynamic": (Softmax, (32, 64), {0: BATCH},
+                        "torch.softmax(x, dim=-1), x: batch x 64 (batch dynamic)"),
+    # batch x 64: with a dynamic seq dim too (batch x seq x 64), this wheel's output is
+    # only valid at seq 1 (it writes LayerNorm's product as tensor<?x1x64xf32>), which
+    # opfuse's specialization refuses at any other seq, naming the op
+    "ln_linear_gelu_dynamic": (LayerNormLinearGelu, (4, 64), {0: BATCH},
+                               "LayerNorm(64) -> Linear(64, 32) -> GELU, x: batch x 64 "
+                               "(batch dynamic; torch.manual_seed(0) before building)"),
+}
+
+
 def main(folder: str) -> None:
     for name, (make, shape, what) in MODELS.items():
         torch.manual_seed(0)
         model = make().eval()
         module = fx.export_and_import(model, torch.randn(*shape), output_type="linalg-on-tensors",
                                       func_name="main")
+        header = (f"// torch-mlir output of {what} (see export.py in this folder: the wheel, the\n"
+                  "// call; printed as is, parsed unchanged by the MLIR 22.1.8 bindings).\n")
+        Path(folder, f"{name}.mlir").write_text(header + str(module))
+    for name, (make, shape, dims, what) in DYNAMIC.items():
+        torch.manual_seed(0)
+        model = make().eval()
+        module = fx.export_and_import(model, torch.randn(*shape), output_type="linalg-on-tensors",
+                                      func_name="main", dynamic_shapes={"x": dims})
         header = (f"// torch-mlir output of {what} (see export.py in this folder: the wheel, the\n"
                   "// call; printed as is, parsed unchanged by the MLIR 22.1.8 bindings).\n")
         Path(folder, f"{name}.mlir").write_text(header + str(module))

@@ -32,7 +32,7 @@ from mlir.passmanager import PassManager
 
 from ... import config
 from ...errors import OpfuseError
-from ...ir import collect_diagnostics, format_location
+from ...ir import collect_diagnostics, format_location, prune_to_entry
 from . import ops as known
 from .widen import is_i1_tensor, widen_i1
 
@@ -111,14 +111,22 @@ class _Refusal:
                               f"{suffix}", diagnostics=self.lines)
 
 
-def accept(module: ir.Module, *, filename: str = "<input>", limits: Limits | None = None) -> ir.Module:
+def accept(module: ir.Module, *, filename: str = "<input>", limits: Limits | None = None,
+           entry: str | None = None) -> ir.Module:
     """Check ``module`` against the contract and normalize it in place (elementwise ops on
     tensors become linalg.generic; i1 tensors become i8). Returns ``module``.
+
+    ``entry``: the function to compile; the functions it does not call (directly or not)
+    are erased first, so only what it reaches is checked (a test file that mixes static
+    and dynamic functions compiles its static one). An unknown name is left for
+    :func:`opfuse.ir.find_entry` to report.
 
     Raises:
         OpfuseError: (exit 1) every violation found, one located line each.
     """
     limits = limits or Limits()
+    if entry is not None and entry in _functions(module):
+        prune_to_entry(module, entry)
     refusal = _Refusal(filename)
     _check_structure(module, refusal)
     refusal.raise_if_any()
@@ -351,6 +359,9 @@ def _check_top_op(op: ir.Operation, refusal: _Refusal, max_dim: int, max_bytes: 
         return
     for v in op.results:  # operands are results of earlier ops, or arguments
         problem = _type_problem(v.type, max_dim, max_bytes)
+        if problem == _DYNAMIC:  # inside a function --dim-size cannot help
+            problem = ("a ? dim inside a function is supported where it follows from a "
+                       "dynamic entry's argument sizes")
         if problem:
             refusal.add(op, f"{problem}: '{op.name}' produces {v.type}")
             return
@@ -368,6 +379,10 @@ def _walk_block(block: ir.Block):
         yield from _walk(o.operation)
 
 
+_DYNAMIC = ("dynamic shapes are compiled at given sizes (--dim-size N; opfuse.compile "
+            "specializes an entry with ? dims at each call's shapes)")
+
+
 def _type_problem(t: ir.Type, max_dim: int, max_bytes: int) -> str | None:
     """Why tensor type ``t`` is outside the contract (None for scalars and good tensors)."""
     if not isinstance(t, ir.ShapedType):
@@ -375,7 +390,7 @@ def _type_problem(t: ir.Type, max_dim: int, max_bytes: int) -> str | None:
     if not isinstance(t, ir.RankedTensorType):
         return "only ranked tensors are supported"
     if not t.has_static_shape:
-        return "dynamic shapes are not supported yet"
+        return _DYNAMIC
     shape = list(t.shape)
     if any(d >= max_dim for d in shape):
         return "a dimension of 2**40 or more is not supported"

@@ -197,15 +197,18 @@ def import_fx(gm: Any, example_inputs: Sequence[Any], *, name: str = "forward") 
 
 
 def export_fx(gm: Any, example_inputs: Sequence[Any]) -> Any:
-    """:func:`export` of a Dynamo FX graph; its inputs must be static-shape tensors."""
+    """:func:`export` of a Dynamo FX graph at the shapes of ``example_inputs``: tensors
+    and the Python scalars of one call (a ``SymInt`` input's value, which the export
+    specializes on); symbolic sizes themselves are refused."""
     import torch
 
     inputs = list(example_inputs)
     for i, a in enumerate(inputs):
-        if not isinstance(a, torch.Tensor):
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) or not isinstance(
+                a, (torch.Tensor, int, float, bool)):
             raise OpfuseError(
-                f"graph input {i} is a {type(a).__name__}: only static-shape tensors "
-                "(compile with dynamic=False)"
+                f"graph input {i} is a {type(a).__name__}: only tensors and the scalars of "
+                "one call (opfuse specializes a symbolic graph at each call's shapes)"
             )
     return export(gm, tuple(inputs))
 
