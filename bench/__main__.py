@@ -46,6 +46,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "'opfuse') beside eager and Inductor; optionally comma-separated names; "
                    "writes zoo.json and zoo.md (--budget: seconds of timing per model, "
                    "default 2)")
+    p.add_argument("--decode", type=int, nargs="?", const=64, metavar="TOKENS",
+                   help="the decode benchmark instead (bench/decode.py): greedy generate() "
+                   "of TOKENS new tokens (default 64) on a tiny Llama and GPT-2 through "
+                   "eager, Inductor and opfuse; writes decode.json and decode.md")
     p.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "auto"),
                    help="opfuse backend (default cpu)")
     return p.parse_args(argv)
@@ -67,6 +71,11 @@ def limit_threads(threads: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     limit_threads(args.threads)
+    if args.decode:
+        from . import decode
+
+        decode.run(args.decode, 3, args.out)
+        return 0
     if args.zoo:
         from . import zoo
 

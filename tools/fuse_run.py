@@ -284,17 +284,12 @@ def mismatch_error(result: Result) -> OpfuseError:
 # --- the fusion report as files -------------------------------------------------------------
 
 
-REPORT_FILES = {"report.html": "html", "report.json": "json", "report.txt": "text"}
-
-
 def write_report_dir(folder: Path, report: dict[str, Any]) -> None:
     """``report.html``, ``report.json`` and ``report.txt`` in ``folder`` (created)."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, fmt in REPORT_FILES.items():
-            (folder / name).write_text(render_mod.render(report, fmt), encoding="utf-8")
-    except OSError as e:
-        raise OpfuseError(f"--report: cannot write under {folder}: {e.strerror or e}") from None
+        render_mod.write_report_dir(folder, report)
+    except OpfuseError as e:
+        raise OpfuseError(f"--report: {e}") from None
 
 
 # --- output -------------------------------------------------------------------------------

@@ -20,8 +20,11 @@ and an input or parameter that requires grad) runs the model eagerly instead, wi
 ``torch.inference_mode()``.
 
 The Dynamo backend never fails the user's model: a graph that does not export runs
-eagerly whole, a partition that does not compile or fails at
-its first call runs eagerly, each with a :class:`FallbackWarning` that names the reason.
+eagerly whole, a partition that does not compile or fails at its first call runs
+eagerly, each with a :class:`FallbackWarning` that names the reason (an unknown
+``options=`` key is the one error it raises: a typo is no reason to run eagerly). A graph
+Dynamo traced with symbolic sizes is compiled per concrete shape
+(:mod:`opfuse.torch_shapes`).
 It is registered under the name ``opfuse`` through the ``torch_dynamo_backends`` entry
 point; :func:`register` does the same in-process where the package is not installed.
 """
@@ -47,7 +50,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from .errors import OpfuseError
 from .frontends.torch.importer import example_args, export, export_fx
 from .frontends.torch.importer import example_kwargs as _example_kwargs
-from .torch_shapes import ShapeSpecializedGraph, is_symbolic, item_inputs
+from .torch_shapes import DimCompiledModule, ShapeSpecializedGraph, is_symbolic, item_inputs
 from .torch_partitions import (
     TORCH_DTYPES,
     FallbackWarning,
@@ -73,8 +76,9 @@ def compile(  # noqa: A001  (opfuse.torch.compile mirrors torch.compile)
     example_kwargs: dict[str, Any] | None = None,
     target: str = "sm_90",
     backend: str = "auto",
+    dynamic_shapes: Any = None,
     **options: Any,
-) -> "CompiledModule":
+) -> "CompiledModule | DimCompiledModule":
     """Compile ``model`` for the shapes and dtypes of ``example_inputs``.
 
     The exported graph is split into the largest partitions opfuse supports, each compiled
@@ -91,6 +95,9 @@ def compile(  # noqa: A001  (opfuse.torch.compile mirrors torch.compile)
             as the model returns it.
         target: The GPU the cost model plans for (``sm_80``, ``sm_90``).
         backend: ``auto`` (cuda when a GPU runtime is usable, else cpu), ``cpu`` or ``cuda``.
+        dynamic_shapes: torch.export's ``dynamic_shapes`` (``{"x": {0: Dim("batch")}}``):
+            checked by torch.export against the example, then the model is compiled at
+            each call's shapes (a :class:`opfuse.torch_shapes.DimCompiledModule`).
         **options: Passed to :func:`opfuse.compile` (``fusion=False``, ``pipeline=...``,
             pass options such as ``delta=0.2``).
 
@@ -102,12 +109,31 @@ def compile(  # noqa: A001  (opfuse.torch.compile mirrors torch.compile)
     Raises:
         OpfuseError: the model does not export, or a partition does not compile.
     """
+    if dynamic_shapes is not None:
+        args, kwargs = example_args(example_inputs), _example_kwargs(example_kwargs)
+        _check_dynamic_shapes(model, args, kwargs, dynamic_shapes)
+        return DimCompiledModule(
+            model, lambda a, k: compile(model, a, example_kwargs=k, target=target,
+                                        backend=backend, **options), args, kwargs)
     with _no_mha_fastpath(), _quiet_export():
         program = export(model, example_args(example_inputs), _example_kwargs(example_kwargs))
     partitioned = PartitionedProgram(
         program, strict=True, backend=backend, target=target, **options
     )
     return CompiledModule(model, program, partitioned)
+
+
+def _check_dynamic_shapes(model: Any, args: tuple, kwargs: dict, dynamic_shapes: Any) -> None:
+    """torch.export's check of ``dynamic_shapes`` against the example, as an OpfuseError."""
+    try:
+        with _no_mha_fastpath(), _quiet_export():
+            torch.export.export(model, args, kwargs or None, dynamic_shapes=dynamic_shapes,
+                                strict=False)
+    except Exception as e:  # noqa: BLE001  (export's constraint errors: keep the first lines)
+        text = str(e).strip().splitlines()
+        first = " ".join(line.strip() for line in text[:3] if line.strip())
+        raise OpfuseError(f"dynamic_shapes: torch.export refuses them: {type(e).__name__}: "
+                          f"{first}") from e
 
 
 class CompiledModule:
@@ -144,6 +170,21 @@ class CompiledModule:
             return self.model(*args, **kwargs)
         self.program.check(flat, self._inputs.names)
         return self._inputs.unflatten(self.program(flat))
+
+    def write_report(self, folder: Any) -> list[Any]:
+        """``fuse-run --report``'s files (``report.html``, ``report.json``,
+        ``report.txt``) for each compiled partition: in ``folder`` itself when the model
+        compiled as one partition, else in ``folder/<partition name>/``. Returns the HTML
+        files' paths."""
+        from pathlib import Path
+
+        from .report.render import write_report_dir
+
+        parts = self.program.partitions
+        if len(parts) == 1:
+            return [write_report_dir(folder, parts[0].program.executable.report)]
+        return [write_report_dir(Path(folder) / p.name, p.program.executable.report)
+                for p in parts]
 
     def __repr__(self) -> str:
         totals = self.report["totals"]

@@ -168,9 +168,52 @@ class ShapeSpecializedGraph:
         return ""
 
 
+class DimCompiledModule:
+    """``opfuse.torch.compile(model, example, dynamic_shapes=...)``: a model whose dims
+    the user declared dynamic with torch.export's ``Dim`` API, compiled at each call's
+    shapes (the example's is compiled up front; every new shape on its first call).
+
+    ``dynamic_shapes`` is checked by ``torch.export`` once, against the example: a
+    declared-dynamic dim the model specializes, or a constraint the example breaks, is an
+    OpfuseError naming it. A call at new shapes compiles that static program; the
+    compiled shapes are in :attr:`specializations`, the latest one's report in
+    :attr:`report`.
+    """
+
+    def __init__(self, model: Any, compile_at: Callable[[tuple, dict], Any],
+                 example_args: tuple, example_kwargs: dict):
+        self.model = model
+        self.specializations: dict[tuple, Any] = {}
+        self._compile_at = compile_at
+        self._latest: Any = None
+        self._get(example_args, example_kwargs)
+
+    def _get(self, args: tuple, kwargs: dict) -> Any:
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+        key = shape_key(leaves)
+        compiled = self.specializations.get(key)
+        if compiled is None:
+            compiled = self._compile_at(args, kwargs)
+            self.specializations[key] = compiled
+        self._latest = compiled
+        return compiled
+
+    @property
+    def report(self) -> dict:
+        """The report of the specialization of the latest call (with its ``shapes``)."""
+        return self._latest.report
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._get(args, kwargs)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"DimCompiledModule({type(self.model).__name__}, "
+                f"{len(self.specializations)} shape(s) compiled)")
+
+
 def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit] + ", ..."
 
 
-__all__ = ["SHAPE_LIMIT", "ShapeSpecializedGraph", "describe_shapes", "is_symbolic", "item_inputs",
+__all__ = ["SHAPE_LIMIT", "DimCompiledModule", "ShapeSpecializedGraph", "describe_shapes", "is_symbolic", "item_inputs",
            "shape_key", "with_items_as_constants"]

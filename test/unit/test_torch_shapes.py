@@ -187,3 +187,63 @@ def test_past_the_time_budget_new_shapes_run_eagerly():
         graph(torch.zeros(2))
     graph(torch.zeros(1))
     assert ran == ["compiled", "eager", "compiled"]
+
+
+@pytest.mark.parametrize("kind", ["nonzero", "boolean_index"])
+def test_data_dependent_shapes_stay_eager_with_a_note(kind):
+    """A size read from tensor data (torch.export's unbacked SymInt) was a
+    GuardOnDataDependentSymNode traceback out of opfuse.torch.compile; now the op and what
+    reads it run eagerly, named, and the rest is compiled."""
+
+    class Model(nn.Module):
+        def forward(self, x):
+            y = torch.tanh(x) * 2
+            if kind == "nonzero":
+                return y.sum() + torch.nonzero(y > 0).shape[0]
+            return torch.tanh(y[x > 0] * 3).sum()
+
+    x = torch.randn(4, 8)
+    with pytest.warns(opfuse.torch.FallbackWarning, match="left eager"):
+        fast = opfuse.torch.compile(Model(), (x,), backend="cpu")
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), Model()(x))
+    ops = [e["op"] for e in fast.report["eager"]]
+    assert ops[0] == ("aten.nonzero.default" if kind == "nonzero" else "aten.index.Tensor"), ops
+    assert fast.report["totals"]["after"]["kernels"] >= 1  # tanh(x) * 2 is compiled
+
+
+def test_dims_through_opfuse_torch_compile():
+    """torch.export's Dim API: the declared-dynamic batch dim is compiled per call's shape;
+    every call matches eager."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.GELU(), nn.LayerNorm(16)).eval()
+    batch = torch.export.Dim("batch")
+    fast = opfuse.torch.compile(model, (torch.randn(4, 16),), backend="cpu",
+                                dynamic_shapes=({0: batch},))
+    with torch.no_grad():
+        for n in (4, 1, 9, 4):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+    assert len(fast.specializations) == 3
+    assert fast.report["totals"]["after"]["kernels"] <= fast.report["totals"]["before"]["kernels"]
+
+
+def test_dims_the_model_specializes_are_refused_by_name():
+    class FixedBatch(nn.Module):
+        def forward(self, x):
+            return x.reshape(4, -1).tanh()  # batch must be 4
+
+    batch = torch.export.Dim("batch")
+    with pytest.raises(OpfuseError, match="dynamic_shapes: torch.export refuses them"):
+        opfuse.torch.compile(FixedBatch(), (torch.randn(4, 16),), backend="cpu",
+                             dynamic_shapes=({0: batch},))
+
+
+def test_a_compiled_model_writes_fuse_runs_report(tmp_path):
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU()).eval()
+    fast = opfuse.torch.compile(model, (torch.randn(4, 8),), backend="cpu")
+    (html,) = fast.write_report(tmp_path / "r")
+    assert html == tmp_path / "r" / "report.html"
+    assert "<html" in html.read_text() and (tmp_path / "r" / "report.json").exists()
+    text = (tmp_path / "r" / "report.txt").read_text()
+    assert text.startswith("kernels:")

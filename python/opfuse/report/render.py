@@ -19,7 +19,11 @@ fusion and the savings as charts.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any, Callable
+
+from ..errors import OpfuseError
 
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 _FLOP_UNITS = ("FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP")
@@ -190,3 +194,20 @@ def render(report: dict[str, Any], fmt: str = "text") -> str:
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format '{fmt}' (formats: {', '.join(FORMATS)})")
     return FORMATS[fmt](report)
+
+
+#: The files of a report folder (``fuse-run --report DIR``, ``CompiledModule.write_report``).
+REPORT_FILES = {"report.html": "html", "report.json": "json", "report.txt": "text"}
+
+
+def write_report_dir(folder: str | os.PathLike, report: dict[str, Any]) -> Path:
+    """``report.html``, ``report.json`` and ``report.txt`` in ``folder`` (created);
+    returns the HTML file's path."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, fmt in REPORT_FILES.items():
+            (folder / name).write_text(render(report, fmt), encoding="utf-8")
+    except OSError as e:
+        raise OpfuseError(f"cannot write the report under {folder}: {e.strerror or e}") from None
+    return folder / "report.html"

@@ -63,27 +63,27 @@ def g1_mlp(s: Size, dtype: str = "f32") -> Graph:
 
 
 def g2_elementwise_chain(s: Size, dtype: str = "f32") -> Graph:
-    n = s(4096)
-    doc = f"G2 elementwise chain relu(tanh(x*a+b)*c+d), x {n}x{n}, a b c d row vectors ({n},)"
+    rows, n = s(4096), s(4096)  # two calls: a caller's Size may tell rows from columns
+    doc = f"G2 elementwise chain relu(tanh(x*a+b)*c+d), x {rows}x{n}, a b c d row vectors ({n},)"
     g = Graph("g2_elementwise_chain", dtype=dtype, doc=doc)
-    x = g.input("x", (n, n))
+    x = g.input("x", (rows, n))
     a, b, c, d = (g.input(v, (n,)) for v in "abcd")
     g.output(g.relu(g.tanh(x * a + b) * c + d))
     return g
 
 
 def g3_softmax(s: Size, dtype: str = "f32") -> Graph:
-    n = s(4096)
-    g = Graph("g3_softmax", dtype=dtype, doc=f"G3 softmax over the last axis of {n}x{n}")
-    g.output(g.softmax(g.input("x", (n, n)), axis=-1))
+    rows, n = s(4096), s(4096)
+    g = Graph("g3_softmax", dtype=dtype, doc=f"G3 softmax over the last axis of {rows}x{n}")
+    g.output(g.softmax(g.input("x", (rows, n)), axis=-1))
     return g
 
 
 def g4_layernorm(s: Size, dtype: str = "f32") -> Graph:
-    n = s(4096)
-    doc = f"G4 layernorm with weight and bias over the last axis of {n}x{n}, eps 1e-5"
+    rows, n = s(4096), s(4096)
+    doc = f"G4 layernorm with weight and bias over the last axis of {rows}x{n}, eps 1e-5"
     g = Graph("g4_layernorm", dtype=dtype, doc=doc)
-    x, w, b = g.input("x", (n, n)), g.input("weight", (n,)), g.input("bias", (n,))
+    x, w, b = g.input("x", (rows, n)), g.input("weight", (n,)), g.input("bias", (n,))
     g.output(g.layernorm(x, w, b, eps=1e-5))
     return g
 
@@ -149,9 +149,10 @@ def g7_rmsnorm_swiglu(s: Size, dtype: str = "f32") -> Graph:
 
 
 def g8_x_minus_mean(s: Size, dtype: str = "f32") -> Graph:
-    n = s(4096)
-    g = Graph("g8_x_minus_mean", dtype=dtype, doc=f"G8 x - mean(x, axis=-1, keepdims=True), {n}x{n}")
-    x = g.input("x", (n, n))
+    rows, n = s(4096), s(4096)
+    g = Graph("g8_x_minus_mean", dtype=dtype,
+              doc=f"G8 x - mean(x, axis=-1, keepdims=True), {rows}x{n}")
+    x = g.input("x", (rows, n))
     g.output(x - g.mean(x, axis=-1, keepdims=True))
     return g
 

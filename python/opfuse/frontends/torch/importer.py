@@ -437,8 +437,10 @@ def _tensor_meta(node: Any, what: str) -> tuple[tuple[int, ...], str]:
     dtype = DTYPES[str(val.dtype)]
     try:
         shape = tuple(int(d) for d in val.shape)
-    except TypeError:
-        raise OpfuseError(f"{what} has a dynamic shape {tuple(val.shape)}: static only") from None
+    except Exception:  # noqa: BLE001  TypeError; torch's GuardOnDataDependentSymNode
+        # (a size computed from tensor data: nonzero, boolean indexing) is no TypeError
+        raise OpfuseError(f"{what} has a dynamic shape {tuple(val.shape)} (a size that "
+                          "depends on tensor data): static only") from None
     return shape, dtype
 
 
