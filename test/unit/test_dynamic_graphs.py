@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import opfuse
+from opfuse.backends.gpu.lower import ptxas
 from opfuse.driver.specialized import SpecializedExecutable
 from opfuse.frontends.builder import graphs as G
 
@@ -109,8 +110,8 @@ def test_dynamic_graph_gpu_kernels_in_the_emulator(name, size, dynamic_executabl
         np.testing.assert_allclose(g_, w, rtol=2e-4, atol=2e-5)
 
 
-@pytest.mark.skipif(__import__("opfuse.backends.gpu.lower.ptxas", fromlist=["x"]).find_ptxas()
-                    is None, reason="ptxas not installed")
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not installed (the 'ptxas' "
+                    "extra, nvidia-cuda-nvcc); the numpy and emulator checks above still run")
 @pytest.mark.parametrize("name", list(DYNAMIC))
 def test_dynamic_graph_kernels_do_not_spill(name, dynamic_executables):
     """ptxas on every kernel of the odd-size specialization, sm_80 and sm_90: 0 spills."""

@@ -5,6 +5,8 @@ sizes: ``tensor.dim`` of an argument, ``tensor.empty(%d)``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -144,7 +146,7 @@ def test_report_before_any_call_says_what_to_do():
 
 # --- real torch-mlir output with torch.export Dims (test/Inputs/torch-mlir/export.py) ----
 
-INPUTS = __import__("pathlib").Path(__file__).resolve().parents[1] / "Inputs" / "torch-mlir"
+INPUTS = Path(__file__).resolve().parents[1] / "Inputs" / "torch-mlir"
 
 
 @pytest.mark.parametrize("shape", [(1, 64), (7, 64), (300, 64)])

@@ -24,7 +24,8 @@ from mlir.dialects import tensor
 from mlir.passmanager import PassManager
 
 from ...errors import OpfuseError
-from ...ir import collect_diagnostics, find_entry, format_location, parse_module, print_module
+from ...ir import collect_diagnostics, find_entry, parse_module, print_module
+from ...ir import _error_lines as error_lines
 
 # Callees are inlined first so that the sizes reach them; canonicalize folds dims and casts.
 _REFINE = "builtin.module(inline, func.func(canonicalize, cse, canonicalize))"
@@ -147,10 +148,9 @@ def _refuse_remaining(func: ir.Operation, name: str, shapes: Sequence[Sequence[i
 
 
 def _first(e: ir.MLIRError, diags: list[str]) -> str:
-    """The first error: the diagnostics MLIR attached to ``e``, else those collected."""
-    lines = [f"{format_location(d.location)}: {d.message}"
-             for d in getattr(e, "error_diagnostics", []) or []]
-    lines += [d for d in diags if d.strip()]
+    """The first error: MLIR's diagnostics on ``e`` (``oir.error_lines``), else those
+    collected while the passes ran."""
+    lines = [line for line in error_lines(e) if not line.startswith("error: ")] + diags
     return (lines or [str(e).strip()])[0].splitlines()[0]
 
 
