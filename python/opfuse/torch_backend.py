@@ -14,10 +14,10 @@ Parameters are read at **every call** (by their qualified names on the model, so
 in-place updates, ``load_state_dict`` and re-assigned parameters are all seen); reading
 one costs an attribute lookup and a zero-copy numpy view.
 
-opfuse computes the forward pass only. A call while autograd is recording (grad mode on
-and an input or parameter that requires grad) runs the model eagerly instead, with a
-:class:`FallbackWarning`; call compiled models under ``torch.no_grad()`` or
-``torch.inference_mode()``.
+Training: ``torch.compile(backend="opfuse")`` called while autograd records compiles the
+forward and the backward graph (:mod:`opfuse.torch_training`, through AOTAutograd).
+``opfuse.torch.compile`` compiles the forward pass only: a call of its module while
+autograd is recording runs the model eagerly instead, with a :class:`FallbackWarning`.
 
 The Dynamo backend never fails the user's model: a graph that does not export runs
 eagerly whole, a partition that does not compile or fails at its first call runs
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import math
 import warnings
@@ -51,6 +52,7 @@ from .errors import OpfuseError
 from .frontends.torch.importer import example_args, export, export_fx
 from .frontends.torch.importer import example_kwargs as _example_kwargs
 from .torch_shapes import DimCompiledModule, ShapeSpecializedGraph, is_symbolic, item_inputs
+from .torch_training import compile_training, is_training
 from .torch_partitions import (
     TORCH_DTYPES,
     FallbackWarning,
@@ -59,7 +61,8 @@ from .torch_partitions import (
     warn,
 )
 
-__all__ = ["CompiledModule", "FallbackWarning", "compile", "opfuse_backend", "register"]
+__all__ = ["CompiledModule", "FallbackWarning", "compile", "compiled_graphs", "opfuse_backend",
+           "register"]
 
 #: The name ``torch.compile(backend=...)`` knows opfuse by.
 BACKEND_NAME = "opfuse"
@@ -220,10 +223,60 @@ def opfuse_backend(
     """
     opts = _checked_options(options)
     _note_mode(mode)
+    if is_training(example_inputs):  # forward and backward graphs, through AOTAutograd
+        compile_static = functools.partial(_training_graph, opts=opts)
+    else:
+        compile_static = functools.partial(_static_graph, opts=opts)
     if is_symbolic(example_inputs) or item_inputs(gm):  # sizes or floats Dynamo made dynamic
-        return ShapeSpecializedGraph(
-            gm, lambda specialized, args: _static_graph(specialized, args, opts, eager=gm))
-    return _static_graph(gm, example_inputs, opts)
+        # specialized before AOTAutograd, so that its graphs are static and compiled
+        # when Dynamo's graph first meets a shape, not inside AOTAutograd's own call
+        return _remember(ShapeSpecializedGraph(
+            gm, lambda specialized, args: compile_static(specialized, args, eager=gm)))
+    return _remember(compile_static(gm, example_inputs))
+
+
+def _training_graph(gm: Any, example_inputs: Sequence[Any], opts: dict[str, Any],
+                    eager: Any = None) -> Callable:
+    """``gm`` through AOTAutograd (``torch_training``), its forward and backward graphs
+    compiled by :func:`_static_graph`; ``eager.forward`` (or ``gm``'s), warned, where
+    AOTAutograd itself fails."""
+    eager = gm if eager is None else eager
+    try:
+        with _quiet_export():
+            return compile_training(gm, example_inputs,
+                                    lambda graph, args: _static_graph(graph, args, opts),
+                                    _guard_options(opts))
+    except Exception as e:  # noqa: BLE001  (never fail the user's model: run it eagerly)
+        warn(f"running eagerly, not compiled: AOTAutograd failed: {reason(e)}")
+        return eager.forward
+
+
+#: The graphs the backend compiled in this process, latest last (at most this many kept).
+GRAPHS_KEPT = 64
+_GRAPHS: list[Any] = []
+
+
+def _remember(compiled: Any) -> Any:
+    _GRAPHS.append(compiled)
+    del _GRAPHS[:-GRAPHS_KEPT]
+    return compiled
+
+
+def compiled_graphs() -> list[Any]:
+    """What ``torch.compile(backend="opfuse")`` compiled in this process, latest last
+    (the last :data:`GRAPHS_KEPT`): each has a ``report``; a training graph's has the
+    forward's and the backward's (``report["forward"]``, ``report["backward"]``), the
+    tensors the forward saves and the recomputation decision."""
+    return list(_GRAPHS)
+
+
+def _guard_options(opts: dict[str, Any]) -> Any:
+    """The guard's thresholds among the backend's options (``delta``, ``r_limit``,
+    ``target``), for decisions taken outside a pipeline."""
+    from .cost.guard import GuardOptions
+
+    fields = {k.replace("-", "_"): v for k, v in opts.items()}
+    return GuardOptions(**{k: fields[k] for k in ("delta", "r_limit", "target") if k in fields})
 
 
 def _static_graph(gm: Any, example_inputs: Sequence[Any], opts: dict[str, Any],
@@ -406,8 +459,9 @@ class _DynamoGraph:
 
 _AUTOGRAD_REASON = (
     "running eagerly, not compiled: autograd is recording (grad mode is on and an input or "
-    "parameter requires grad) and opfuse computes the forward pass only; call the model "
-    "under torch.no_grad() or torch.inference_mode()"
+    "parameter requires grad) and this program computes the forward pass only; call the "
+    "model under torch.no_grad() or torch.inference_mode(), or compile it with "
+    "torch.compile(model, backend='opfuse'), which compiles the backward too"
 )
 
 

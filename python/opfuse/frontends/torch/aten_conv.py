@@ -10,9 +10,10 @@ group norm, vector norms, and max/avg pooling.
 * ``native_group_norm``: ``x`` viewed as ``N x G x (C/G · HW)``, normalized like a layer norm
   over the last dim (biased variance), viewed back, then the per-channel affine.
 * ``linalg_vector_norm``: ``ord`` 2 (``sqrt(sum(x²))``), 1 and ±inf, over ``dim``.
-* ``max_pool2d_with_indices`` (the values; the indices have no rule) and ``avg_pool2d``: the
-  input padded (``-inf`` / 0), one strided slice per window offset, combined with ``maximum``
-  / summed and scaled: a loop kernel reading the input once per offset.
+* ``max_pool2d_with_indices`` and ``avg_pool2d``: the input padded (``-inf`` / 0), one
+  strided slice per window offset, combined with ``maximum`` / summed and scaled: a loop
+  kernel reading the input once per offset. Where the indices are read (a training
+  graph's backward), each offset's flat index comes with it, selected as PyTorch selects.
 
 How rules are written: ``aten_rule``.
 """
@@ -171,15 +172,43 @@ def _windows(imp: RuleContext, x: Tensor, kernel: Any, stride: Any, padding: Any
 @rule("aten.max_pool2d_with_indices.default")
 def _max_pool2d(imp: RuleContext, x: Tensor, kernel_size: Any, stride: Any = (),
                 padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> tuple:
-    if any(u.args[1] != 0 for u in imp.node.users):
-        raise imp.unsupported("the argmax indices")
     if x.ndim != 4:
         raise imp.unsupported(f"a {x.ndim}-D input (NCHW only)")
-    parts, _ = _windows(imp, x, kernel_size, stride, padding, dilation, ceil_mode, -math.inf)
+    parts, out = _windows(imp, x, kernel_size, stride, padding, dilation, ceil_mode, -math.inf)
+    if any(u.args[1] != 0 for u in imp.node.users):  # the backward reads the argmax
+        return _max_pool2d_indices(imp, x, parts, out, kernel_size, stride, padding, dilation)
     y = parts[0]
     for i, part in enumerate(parts[1:]):
         y = imp.g.maximum(y, part, name=imp.name if i == len(parts) - 2 else f"{imp.name}.max{i}")
     return y, None
+
+
+def _max_pool2d_indices(imp: RuleContext, x: Tensor, parts: list[Tensor], out: list[int],
+                        kernel: Any, stride: Any, padding: Any, dilation: Any) -> tuple:
+    """The maxima and their flat ``h * W + w`` indices into each input plane, as PyTorch's
+    CPU kernel picks them: window offsets in row-major order, a later value taken only if
+    it is greater (or NaN), so the first of equal maxima wins. (A window whose every valid
+    value is -inf keeps its first offset, which may be padding; PyTorch's keeps its first
+    valid one.)"""
+    g, n = imp.g, imp.name
+    k = _pair(kernel, 2)
+    s = _pair(stride, 2) if stride else k
+    p, d = _pair(padding, 2), _pair(dilation, 2)
+    width = x.shape[3]
+    shape = (x.shape[0], x.shape[1], out[0], out[1])
+    rows = g.iota(shape, 2, step=s[0] * width, dtype="i64", name=f"{n}.rows")
+    base = g.add(rows, g.iota(shape, 3, step=s[1], dtype="i64", name=f"{n}.cols"),
+                 name=f"{n}.base")
+    best, index = parts[0], g.add(base, -p[0] * width - p[1], name=f"{n}.idx0")
+    for i, part in enumerate(parts[1:], start=1):
+        a, b = divmod(i, k[1])
+        take = g.logical_or(g.gt(part, best, name=f"{n}.gt{i}"),
+                            g.ne(part, part, name=f"{n}.nan{i}"), name=f"{n}.take{i}")
+        offset = (a * d[0] - p[0]) * width + (b * d[1] - p[1])
+        index = g.where(take, g.add(base, offset, name=f"{n}.idx{i}"), index,
+                        name=f"{n}.index{i}")
+        best = g.where(take, part, best, name=f"{n}.best{i}")
+    return best, index
 
 
 @rule("aten.avg_pool2d.default")

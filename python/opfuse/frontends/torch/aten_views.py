@@ -1,6 +1,7 @@
 """ATen rules for data movement: permutes, views, broadcasts, slices, splits, ``cat``,
-``repeat``.
+``repeat``, ``slice_scatter``, ``constant_pad_nd``.
 
+``slice_scatter`` (a slice's gradient) and ``constant_pad_nd`` are slices and ``concat``s.
 Permutes, views, broadcasts and ``cat`` are the builder's ``transpose``, ``reshape``,
 ``broadcast_to`` and ``concat``; selects, slices and splits are ``TorchGraph.slice``
 (``torch_graph``).
@@ -143,3 +144,57 @@ def _repeat(imp: RuleContext, x: Tensor, repeats: Sequence[int]) -> Tensor:
     tiled = [d for r, s in zip(repeats, shape) for d in (r, s)]
     y = g.broadcast_to(g.reshape(x, spread, name=f"{n}.spread"), tiled, name=f"{n}.tile")
     return g.reshape(y, [r * s for r, s in zip(repeats, shape)], name=n)
+
+
+@rule("aten.slice_scatter.default")
+def _slice_scatter(imp: RuleContext, x: Tensor, src: Tensor, dim: int = 0, start: Any = None,
+                   end: Any = None, step: int = 1) -> Tensor:
+    """``x`` with ``src`` written over ``x[start:end]`` along ``dim`` (a sliced view's
+    gradient): the pieces of ``x`` before and after, and ``src``, concatenated."""
+    dim = dim % x.ndim
+    begin, stop, step = slice(start, end, step).indices(x.shape[dim])
+    if step != 1:
+        raise imp.unsupported(f"a strided slice_scatter (step {step})")
+    if src.dtype != x.dtype:
+        src = imp.g.cast(src, x.dtype)
+    pieces = []
+    if begin > 0:
+        pieces.append(_slice_dim(imp.g, x, dim, 0, begin, 1, f"{imp.name}.before"))
+    pieces.append(src)
+    if stop < x.shape[dim]:
+        pieces.append(_slice_dim(imp.g, x, dim, stop, x.shape[dim] - stop, 1, f"{imp.name}.after"))
+    return imp.g.concat(pieces, dim, name=imp.name)
+
+
+@rule("aten.constant_pad_nd.default")
+def _constant_pad_nd(imp: RuleContext, x: Tensor, pad: Sequence[int], value: Any = 0) -> Tensor:
+    """``F.pad(x, pad, value=value)``: ``pad`` holds (before, after) pairs from the last
+    dim back; a negative amount crops. Floats pad with the builder's ``pad``; other dtypes
+    (a label tensor padded with ``ignore_index``) concatenate ``full`` blocks."""
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise imp.unsupported(f"padding {list(pad)} for a {x.ndim}-D tensor")
+    pairs = [(0, 0)] * x.ndim
+    for k in range(len(pad) // 2):
+        pairs[x.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+    for dim, (lo, hi) in enumerate(pairs):  # crop first
+        if lo < 0 or hi < 0:
+            begin, end = max(0, -lo), x.shape[dim] - max(0, -hi)
+            x = _slice_dim(imp.g, x, dim, begin, end - begin, 1, f"{imp.name}.crop{dim}")
+    pairs = [(max(0, lo), max(0, hi)) for lo, hi in pairs]
+    if all(p == (0, 0) for p in pairs):
+        return x
+    if x.dtype in ("f32", "f16", "bf16"):
+        return imp.g.pad(x, pairs, float(value), name=imp.name)
+    value = int(value)
+    for dim, (lo, hi) in enumerate(pairs):
+        parts = []
+        for k, amount in (("before", lo), ("after", hi)):
+            if amount:
+                shape = tuple(amount if d == dim else s for d, s in enumerate(x.shape))
+                parts.append((k, imp.g.full(shape, value, dtype=x.dtype,
+                                            name=f"{imp.name}.{k}{dim}")))
+        if parts:
+            before = [t for k, t in parts if k == "before"]
+            after = [t for k, t in parts if k == "after"]
+            x = imp.g.concat([*before, x, *after], dim, name=f"{imp.name}.{dim}")
+    return x

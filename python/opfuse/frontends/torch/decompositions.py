@@ -17,6 +17,14 @@ Kept whole (see ``PRESERVED``), each one imported as:
 * ``aten._safe_softmax``: ``Graph.softmax`` (differs only on rows that are all -inf).
 * ``aten.rms_norm``: ``Graph.rms_norm``; ``aten.silu``: ``Graph.silu``.
 
+Taken out too, for correctness: ``aten._scaled_dot_product_flash_attention_for_cpu``,
+whose core ATen decomposition (written for inference export) returns the attention
+weights where the op returns its log-sum-exp; a backward graph that reads the log-sum-exp
+would compute wrong gradients from it, so the op stays whole (and eager) if it appears.
+
+Added (``backward_decompositions``): the loss and embedding-gradient ops of a training
+step, spelled without scatters.
+
 Everything else follows the default table; the core ATen ops it leaves (``gelu``,
 ``_softmax``, ``native_layer_norm``, ``addmm``, ``permute``, ``view`` ...) are imported
 one by one (the op table in ``opfuse.frontends.torch.aten``).
@@ -37,12 +45,20 @@ PRESERVED = (
 )
 
 
+# Decompositions that are wrong where their op's every result is read.
+WRONG_FOR_TRAINING = ("aten._scaled_dot_product_flash_attention_for_cpu.default",)
+
+
 def decomposition_table() -> dict[Any, Any]:
-    """The table for ``ExportedProgram.run_decompositions`` (a fresh copy per call)."""
+    """The table for ``ExportedProgram.run_decompositions`` and AOTAutograd (a fresh copy
+    per call)."""
     import torch
 
+    from .backward_decompositions import table as backward_table
+
     table = torch.export.default_decompositions()
-    for name in PRESERVED:
+    for name in PRESERVED + WRONG_FOR_TRAINING:
         namespace, op, overload = name.split(".")
         table.pop(getattr(getattr(getattr(torch.ops, namespace), op), overload), None)
+    table.update(backward_table())
     return table
