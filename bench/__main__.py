@@ -50,6 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the decode benchmark instead (bench/decode.py): greedy generate() "
                    "of TOKENS new tokens (default 64) on a tiny Llama and GPT-2 through "
                    "eager, Inductor and opfuse; writes decode.json and decode.md")
+    p.add_argument("--train", nargs="?", const="all", metavar="MODELS",
+                   help="the training benchmark instead (bench/train.py): one training step "
+                   "(forward, loss, backward) of an MLP, the small CNN, tiny BERT, GPT-2 and "
+                   "Llama through eager, Inductor and opfuse; optionally comma-separated "
+                   "names; writes train.json and train.md (--budget: seconds of timing per "
+                   "model, default 3)")
     p.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "auto"),
                    help="opfuse backend (default cpu)")
     return p.parse_args(argv)
@@ -75,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         from . import decode
 
         decode.run(args.decode, 3, args.out)
+        return 0
+    if args.train:
+        from . import train
+
+        names = None if args.train == "all" else args.train.split(",")
+        train.run(names, args.out, 3.0 if args.budget is None else args.budget)
         return 0
     if args.zoo:
         from . import zoo

@@ -87,23 +87,13 @@ def _assert_compiled(messages, graphs):
             assert totals["after"]["kernels"] < totals["before"]["kernels"]
 
 
-class LayerNormGELU(nn.Module):
-    """The issue's MLP: linear, LayerNorm, GELU (erf), linear."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.l1, self.norm, self.l2 = nn.Linear(64, 128), nn.LayerNorm(128), nn.Linear(128, 10)
-
-    def forward(self, x):
-        return self.l2(F.gelu(self.norm(self.l1(x))))
-
-
 def test_mlp_backward_is_compiled_and_matches_eager():
-    torch.manual_seed(0)
-    model = LayerNormGELU()
-    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    """The issue's MLP: linear, LayerNorm, GELU (erf), linear, cross-entropy."""
+    from bench.train import BY_NAME
+
+    entry = BY_NAME["mlp"]
     loss, want_loss, got, want, messages, graphs = _train_step(
-        model, lambda out: F.cross_entropy(out, y), {"x": x})
+        entry.build(), entry.loss, entry.inputs())
     _assert_compiled(messages, graphs)
     assert abs(loss.item() - want_loss.item()) <= 1e-6 * abs(want_loss.item())
     _assert_grads_match(got, want)
@@ -168,48 +158,26 @@ def test_a_second_shape_compiles_again_and_stays_correct():
 def test_small_cnn_backward_is_compiled_and_matches_eager():
     """Convolutions (stride 1 and 2, with and without bias), eval-mode batch norm, max
     pooling (its indices) and global average pooling, differentiated."""
-    from bench.zoo_models import _small_cnn, _vision_inputs
+    from bench.train import BY_NAME
 
-    model, inputs = _small_cnn(), _vision_inputs()
-    y = torch.tensor([1, 3])
-    _, _, got, want, messages, graphs = _train_step(
-        model, lambda out: F.cross_entropy(out, y), inputs)
+    entry = BY_NAME["small_cnn"]
+    _, _, got, want, messages, graphs = _train_step(entry.build(), entry.loss, entry.inputs())
     _assert_compiled(messages, graphs)
     _assert_grads_match(got, want)
 
 
-HF_MODELS = ["bert", "gpt2", "llama"]
-
-
-def _hf_model(name):
-    pytest.importorskip("transformers", reason="needs the zoo extra (transformers)")
-    from bench import zoo_models as zm
-
-    tf = zm._transformers()
-    torch.manual_seed(0)
-    inputs = zm._token_inputs(token_types=name == "bert")
-    if name == "bert":
-        model = tf.BertForSequenceClassification(tf.BertConfig(**zm._ENCODER))
-        inputs["labels"] = torch.tensor([0, 1])
-    elif name == "gpt2":
-        model = tf.GPT2LMHeadModel(tf.GPT2Config(
-            vocab_size=zm.VOCAB, n_embd=zm.HIDDEN, n_layer=zm.LAYERS, n_head=zm.HEADS,
-            n_positions=64))
-        inputs["labels"] = inputs["input_ids"]
-    else:
-        model = tf.LlamaForCausalLM(tf.LlamaConfig(**zm._GQA))
-        inputs["labels"] = inputs["input_ids"]
-    return model.eval(), inputs  # eval: dropout off, so eager's gradients are comparable
-
-
-@pytest.mark.parametrize("name", HF_MODELS)
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
 def test_hugging_face_training_step_is_compiled(name):
-    """Token ids, a padded attention mask and labels: the loss (cross-entropy with
-    ignore_index, GPT-2/Llama's label shift through ``F.pad``), the embeddings' gradients,
-    attention, RoPE's slices (Llama) all compile; gradients match eager."""
-    model, inputs = _hf_model(name)
+    """Token ids, a padded attention mask and labels (``bench/train.py``'s models): the loss
+    (cross-entropy with ignore_index, GPT-2/Llama's label shift through ``F.pad``), the
+    embeddings' gradients, attention, RoPE's slices (Llama) all compile; gradients match
+    eager."""
+    pytest.importorskip("transformers", reason="needs the zoo extra (transformers)")
+    from bench.train import BY_NAME
+
+    entry = BY_NAME[name]
     loss, want_loss, got, want, messages, graphs = _train_step(
-        model, lambda out: out.loss, inputs)
+        entry.build(), entry.loss, entry.inputs())
     _assert_compiled(messages, graphs)
     assert abs(loss.item() - want_loss.item()) <= 1e-5 * abs(want_loss.item())
     _assert_grads_match(got, want)
@@ -333,3 +301,43 @@ def test_backward_graph_rules_match_torch():
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- GPU kernels
+
+
+@pytest.mark.parametrize("name", ["mlp", "small_cnn"])
+def test_emulated_gpu_kernels_of_both_graphs_match(name, monkeypatch):
+    """Every partition of the forward and the backward graph, built by the GPU code
+    generator and run by the emulator (race check on) on the inputs the training step
+    gave it, matches the CPU backend's results (which match eager's gradients above)."""
+    import numpy as np
+
+    from bench.train import BY_NAME, step
+    from opfuse import torch_partitions
+    from opfuse.backends.gpu.compiler import compile_module
+    from opfuse.testing.emulator import emulate
+
+    calls = []
+    real = torch_partitions.Program.run
+
+    def recording(self, tensors):
+        results = real(self, tensors)
+        calls.append((self, [torch_partitions.to_numpy(t).copy() for t in tensors],
+                      [r.detach().clone() for r in results]))
+        return results
+
+    monkeypatch.setattr(torch_partitions.Program, "run", recording)
+    entry = BY_NAME[name]
+    model = entry.build()
+    step(model, torch.compile(model, backend="opfuse", options={"backend": "cpu"}), entry,
+         entry.inputs())
+    assert len(calls) >= 2  # a forward and a backward partition at least
+    for program, inputs, want in calls:
+        gpu = compile_module(program.executable._source, lower=False)
+        assert gpu.kernels
+        got = emulate.run_program(gpu, inputs)
+        for g, w in zip(got, want):
+            w = w.numpy().astype(np.float64)
+            scale = max(1.0, float(np.abs(w).max())) if w.size else 1.0
+            np.testing.assert_allclose(g.astype(np.float64), w, rtol=0, atol=1e-4 * scale)
