@@ -59,6 +59,10 @@ class Program:
         self.imported = imported
         self.executable = executable
         self.outputs = executable.signature.outputs
+        shapes = imported.output_shapes or [tuple(s.shape) for s in self.outputs]
+        # results the function returns without their 1s, viewed with them (no copy)
+        self.views = [tuple(shape) if tuple(shape) != tuple(s.shape) else None
+                      for shape, s in zip(shapes, self.outputs)]
 
     def run(self, tensors: Sequence[Any]) -> list[Any]:
         """The results, on the device of the first tensor."""
@@ -68,7 +72,11 @@ class Program:
             return self._run_on_device(run_device, tensors, device)  # pragma: no cover - GPU
         results = self.executable(*(to_numpy(t) for t in tensors))
         results = results if isinstance(results, tuple) else (results,)
-        return [to_torch(a, s.element_type, device) for a, s in zip(results, self.outputs)]
+        return self._viewed([to_torch(a, s.element_type, device)
+                             for a, s in zip(results, self.outputs)])
+
+    def _viewed(self, results: list[Any]) -> list[Any]:
+        return [r if v is None else r.view(v) for r, v in zip(results, self.views)]
 
     def _run_on_device(self, run_device: Callable, tensors: Sequence[Any], device: Any) -> list:
         # pragma: no cover - needs a GPU and the cuda runtime's run_device
@@ -80,7 +88,7 @@ class Program:
         stream = torch.cuda.current_stream(device).cuda_stream
         run_device([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs],
                    stream=stream)
-        return outputs
+        return self._viewed(outputs)
 
 
 class CompiledPartition(torch.nn.Module):

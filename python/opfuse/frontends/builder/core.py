@@ -83,6 +83,13 @@ class GraphCore:
         for t in tensors:
             self.outputs.append(self._materialize(self._own(t)))
 
+    def unexpanded(self, t: Tensor) -> Tensor:
+        """The value behind ``t`` without its pending keepdims 1s (``t`` itself if it has
+        none): a caller that views the result as ``t.shape`` outside the program saves the
+        kernel that would copy it into that shape."""
+        t = self._own(t)
+        return Tensor(self, t.node, t.node.shape) if t.lazy else t
+
     @contextlib.contextmanager
     def scope(self, name: str) -> Iterator[str]:
         """Name the ops built inside the block ``<scope>.<op>`` (``blk.mul``).

@@ -120,18 +120,24 @@ def _native_layer_norm(
     g, n, k = imp.g, imp.name, len(normalized_shape)
     xf = _fold_trailing(imp, x, k, "flat")
     wf, bf = _fold_trailing(imp, weight, k, "wflat"), _fold_trailing(imp, bias, k, "bflat")
-    y = g.layernorm(xf, wf, bf, eps, name=n)
-    y = y if k == 1 else g.reshape(y, x.shape, name=f"{n}.unflat")
     if not any(u.args[1] in (1, 2) for u in imp.node.users):
-        return y, None, None
-    # mean and 1/std, which only training graphs read: the same math as layernorm's
+        y = g.layernorm(xf, wf, bf, eps, name=n)
+        return (y if k == 1 else g.reshape(y, x.shape, name=f"{n}.unflat")), None, None
+    # a training graph also reads the mean and 1/std: layernorm's math spelled out, so
+    # that the normalization and the statistics share one mean and one variance (one row
+    # kernel), rather than a second pair of reductions beside the composite's
     stats = (*x.shape[:-k], *[1] * k)
     mean = g.mean(xf, -1, keepdims=True, name=f"{n}.mean")
     d = g.sub(xf, mean, name=f"{n}.d")
     var = g.mean(g.mul(d, d, name=f"{n}.sq"), -1, keepdims=True, name=f"{n}.var")
     rstd = g.rsqrt(g.add(var, eps, name=f"{n}.eps"), name=f"{n}.rstd")
+    y = g.mul(d, rstd, name=f"{n}.norm")
+    y = y if wf is None else g.mul(y, wf, name=f"{n}.scale")
+    y = y if bf is None else g.add(y, bf, name=f"{n}.shift")
+    if k == 1:  # the statistics' keepdims shape is the one ATen returns: kept lazy, so a
+        return y, mean, rstd  # graph output returns them without a copy (importer.py)
     return (
-        y,
+        g.reshape(y, x.shape, name=f"{n}.unflat"),
         g.reshape(mean, stats, name=f"{n}.mean_out"),
         g.reshape(rstd, stats, name=f"{n}.rstd_out"),
     )

@@ -92,6 +92,7 @@ class ImportedGraph:
         in_spec: ``torch.utils._pytree`` spec of the model's ``(args, kwargs)``.
         out_spec: pytree spec that rebuilds the model's output structure from the results.
         aten_ops: How many times each ATen op was imported.
+        output_shapes: The results' shapes as the caller sees them (see the field).
     """
 
     graph: Graph
@@ -101,6 +102,9 @@ class ImportedGraph:
     in_spec: Any = None
     out_spec: Any = None
     aten_ops: Counter = field(default_factory=Counter)
+    #: Each result's shape as the caller sees it, where the function returns it without
+    #: trailing or inner 1s (None: as the function returns them).
+    output_shapes: list[tuple[int, ...]] | None = None
 
     @property
     def user_inputs(self) -> list[GraphInput]:
@@ -413,8 +417,14 @@ class _GraphImporter(_Importer):
                 for v in nodes:
                     if not isinstance(self.env.get(v), Tensor):
                         raise OpfuseError(f"output {v} is not a tensor: only tensor outputs")
-                self.g.output(*(self.env[v] for v in nodes))
-        return ImportedGraph(self.g, inputs, [], [n.name for n in nodes], None, None, self.ops)
+                # a result with pending keepdims 1s (a layer norm's saved mean) is returned
+                # as the value behind it and viewed in torch: no kernel copies it
+                shapes = [tuple(self.env[v].shape) for v in nodes]
+                self.g.output(*(self.g.unexpanded(self.env[v]) for v in nodes))
+        imported = ImportedGraph(self.g, inputs, [], [n.name for n in nodes], None, None,
+                                 self.ops)
+        imported.output_shapes = shapes
+        return imported
 
 
 def _op_name(target: Any) -> str:
