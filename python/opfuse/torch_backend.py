@@ -37,6 +37,7 @@ import functools
 import inspect
 import math
 import warnings
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 try:
@@ -251,23 +252,24 @@ def _training_graph(gm: Any, example_inputs: Sequence[Any], opts: dict[str, Any]
         return eager.forward
 
 
-#: The graphs the backend compiled in this process, latest last (at most this many kept).
-GRAPHS_KEPT = 64
-_GRAPHS: list[Any] = []
+#: Weak references to the graphs the backend compiled in this process, latest last: a
+#: graph Dynamo drops (``torch._dynamo.reset()``, a freed model) is not kept alive here.
+_GRAPHS: list[weakref.ref] = []
 
 
 def _remember(compiled: Any) -> Any:
-    _GRAPHS.append(compiled)
-    del _GRAPHS[:-GRAPHS_KEPT]
+    if not inspect.ismethod(compiled):  # gm.forward (run eagerly) has no report
+        _GRAPHS[:] = [r for r in _GRAPHS if r() is not None]
+        _GRAPHS.append(weakref.ref(compiled))
     return compiled
 
 
 def compiled_graphs() -> list[Any]:
-    """What ``torch.compile(backend="opfuse")`` compiled in this process, latest last
-    (the last :data:`GRAPHS_KEPT`): each has a ``report``; a training graph's has the
-    forward's and the backward's (``report["forward"]``, ``report["backward"]``), the
-    tensors the forward saves and the recomputation decision."""
-    return list(_GRAPHS)
+    """What ``torch.compile(backend="opfuse")`` compiled in this process and Dynamo still
+    holds, latest last: each has a ``report``; a training graph's has the forward's and
+    the backward's (``report["forward"]``, ``report["backward"]``), the tensors the forward
+    saves and the recomputation decision; a graph compiled per shape has ``reports``."""
+    return [g for g in (r() for r in _GRAPHS) if g is not None]
 
 
 def _guard_options(opts: dict[str, Any]) -> Any:

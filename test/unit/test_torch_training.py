@@ -371,3 +371,29 @@ def test_layer_norm_statistics_come_from_its_row_kernel():
     for g, w in zip(got, want):
         assert g.shape == w.shape
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_training_mode_dropout_runs_in_pytorch_and_the_rest_compiles():
+    """Dropout draws PyTorch's random numbers, so it stays eager (named once); the
+    matmuls and GELU around it, and its backward (the saved mask times the gradient),
+    compile. Seeded alike, eager and compiled draw the same mask: gradients match."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Dropout(0.5), nn.Linear(32, 4))
+    model.train()
+    x = torch.randn(8, 16)
+    fast = torch.compile(model, backend="opfuse", options={"backend": "cpu"})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.manual_seed(1)
+        fast(x).square().mean().backward()
+    got = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    torch.manual_seed(1)
+    model(x).square().mean().backward()
+    _assert_grads_match(got, {n: p.grad for n, p in model.named_parameters()})
+    messages = [str(w.message) for w in seen if "opfuse" in str(w.message)]
+    assert len(messages) == 1 and "native_dropout" in messages[0]
+    assert "PyTorch's random numbers" in messages[0]
+    report = torch_backend.compiled_graphs()[-1].report
+    assert [e["op"] for e in report["eager"]] == ["aten.native_dropout.default"]
+    assert report["backward"]["eager"] == []

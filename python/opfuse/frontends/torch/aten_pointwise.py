@@ -243,17 +243,23 @@ def _identity(imp: RuleContext, x: Tensor, **_: Any) -> Tensor:
     return x  # value semantics: copies and memory formats are not ops
 
 
+#: Why training-mode dropout stays eager: it draws from PyTorch's generator there, and the
+#: rest of the graph compiles around it (its backward, a multiply by the saved mask, does).
+_TRAINING_DROPOUT = ("training-mode dropout: PyTorch's random numbers (opfuse has no "
+                     "random-number kernels yet; model.eval() turns dropout off)")
+
+
 @rule("aten.dropout.default")
 def _dropout(imp: RuleContext, x: Tensor, p: float, train: bool) -> Tensor:
     if train and p > 0:
-        raise imp.unsupported("training-mode dropout (call model.eval())")
+        raise imp.unsupported(_TRAINING_DROPOUT)
     return x
 
 
 @rule("aten.native_dropout.default")
 def _native_dropout(imp: RuleContext, x: Tensor, p: float, train: bool | None) -> tuple:
     if train and p > 0:
-        raise imp.unsupported("training-mode dropout (call model.eval())")
+        raise imp.unsupported(_TRAINING_DROPOUT)
     if any(u.args[1] == 1 for u in imp.node.users):
         raise imp.unsupported("the dropout mask (a bool tensor)")
     return x, None
