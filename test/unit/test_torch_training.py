@@ -50,7 +50,7 @@ def _train_step(model, loss_of, inputs):
     """One compiled and one eager ``loss.backward()``: (compiled loss, eager loss,
     compiled grads, eager grads, the opfuse warnings, the compiled graphs)."""
     fast = torch.compile(model, backend="opfuse", options={"backend": "cpu"})
-    before = len(torch_backend.compiled_graphs())
+    before = torch_backend.compiled_graphs()
     model.zero_grad()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -61,7 +61,7 @@ def _train_step(model, loss_of, inputs):
     want_loss = loss_of(model(**inputs))
     want_loss.backward()
     want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    graphs = torch_backend.compiled_graphs()[before:]
+    graphs = [g for g in torch_backend.compiled_graphs() if not any(g is b for b in before)]
     messages = [str(w.message) for w in seen if "opfuse" in str(w.message)]
     return loss, want_loss, got, want, messages, graphs
 
