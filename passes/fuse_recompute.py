@@ -112,9 +112,41 @@ def _next_candidate(planner: Planner, decided: set[int]
                        if gathered in graph.nodes[r].gathers]
             return p, list({id(c): c for c in targets}.values()), gathered
         targets = [c for c in planner.consumer_groups(p) if _reads_through_broadcast(planner, p, c)]
+        blocked = [c for c in targets
+                   if not _clonable_before(planner, p, _first_reader(planner, p, c))]
+        for c in blocked:
+            first = graph.nodes[_first_reader(planner, p, c)]
+            planner.refuse(p, c, f"{graph.nodes[p.last].label} reads values defined after "
+                                 f"its first reader {first.label}: no copy can go there")
+        targets = [c for c in targets if c not in blocked]
         if targets:
             return p, targets, None
+        if blocked:
+            decided.add(op_key(graph.nodes[p.last].op))  # refused once, not again
     return None
+
+
+def _clonable_before(planner: Planner, p: Group, first: int) -> bool:
+    """Whether ``p``'s ops can be cloned in front of node ``first`` (where ``_rewrite`` puts
+    the copies): every value they read from outside ``p`` (their ``tensor.empty`` inits
+    included) is defined before it. A member of ``p`` after ``first`` reads values defined
+    after it (Adam's step, where one parameter's update reads the bias corrections that
+    the next parameter's also reads); cloned in front of ``first``, it would read them
+    before their definition."""
+    graph = planner.graph
+    where = graph.nodes[first].op
+    inside = {graph.nodes[m].op for m in p.members}
+    for m in p.members:
+        for v in graph.nodes[m].op.operands:
+            owner = v.owner
+            if not isinstance(owner, (ir.Operation, ir.OpView)):
+                continue  # a block argument: defined before every op of the block
+            owner = owner.operation
+            if owner in inside or owner.parent != where.parent:
+                continue
+            if not owner.is_before_in_block(where):
+                return False
+    return True
 
 
 def _reads_through_broadcast(planner: Planner, p: Group, c: Group) -> bool:

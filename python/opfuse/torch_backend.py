@@ -52,6 +52,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from .errors import OpfuseError
 from .frontends.torch.importer import example_args, export, export_fx
 from .frontends.torch.importer import example_kwargs as _example_kwargs
+from .torch_inputs import Inputs
 from .torch_shapes import DimCompiledModule, ShapeSpecializedGraph, is_symbolic, item_inputs
 from .torch_training import compile_training, is_training
 from .torch_partitions import (
@@ -152,7 +153,7 @@ class CompiledModule:
     def __init__(self, model: Any, exported: Any, program: PartitionedProgram):
         self.model = model
         self.program = program
-        self._inputs = _Inputs(exported, model)
+        self._inputs = Inputs(exported, model)
 
     @property
     def report(self) -> dict:
@@ -173,7 +174,7 @@ class CompiledModule:
             warn(_AUTOGRAD_REASON)
             return self.model(*args, **kwargs)
         self.program.check(flat, self._inputs.names)
-        return self._inputs.unflatten(self.program(flat))
+        return self._inputs.finish(flat, self.program(flat))
 
     def write_report(self, folder: Any) -> list[Any]:
         """``fuse-run --report``'s files (``report.html``, ``report.json``,
@@ -290,10 +291,10 @@ def _static_graph(gm: Any, example_inputs: Sequence[Any], opts: dict[str, Any],
         with _quiet_export():
             exported = export_fx(_decompose_fastpath(gm), example_inputs)
         program = PartitionedProgram(exported, **opts)
+        return _DynamoGraph(eager, exported, program)
     except Exception as e:  # noqa: BLE001  (never fail the user's model: run it eagerly)
         warn(f"running eagerly, not compiled: {reason(e)}")
         return eager.forward
-    return _DynamoGraph(eager, exported, program)
 
 
 def _checked_options(options: dict | None) -> dict[str, Any]:
@@ -340,101 +341,6 @@ def register(name: str = BACKEND_NAME) -> None:
 # --------------------------------------------------------------------------- calls
 
 
-class _Inputs:
-    """The exported program's flat inputs from a call's user arguments: parameters and
-    buffers read from the model by name at every call, constants as exported."""
-
-    def __init__(self, exported: Any, model: Any = None):
-        from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
-
-        self.getters: list[Callable[[Sequence[Any]], Any]] = []
-        self.names: list[str] = []
-        self.user_names: list[str] = []
-        self.constants: dict[int, Any] = {}  # user leaf -> the value exported (specialized on)
-        self.in_spec = exported.call_spec.in_spec
-        leaf_names = _leaf_names(self.in_spec)
-        n_user = 0
-        for spec in exported.graph_signature.input_specs:
-            if spec.kind == InputKind.USER_INPUT:
-                self.getters.append(lambda args, k=n_user: args[k])
-                self.user_names.append(f"input {leaf_names[n_user] if leaf_names else n_user}")
-                self.names.append(self.user_names[-1])
-                if isinstance(spec.arg, ConstantArgument):
-                    self.constants[n_user] = spec.arg.value
-                n_user += 1
-            elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER,
-                               InputKind.CONSTANT_TENSOR):
-                get = _state_getter(exported, model, spec.target)
-                self.getters.append(lambda args, get=get: get())
-                self.names.append(f"{spec.kind.name.lower()} {spec.target!r}")
-            else:
-                raise OpfuseError(f"input {spec.arg.name!r} of kind {spec.kind.name} unsupported")
-        for spec in exported.graph_signature.output_specs:
-            if spec.kind != OutputKind.USER_OUTPUT:
-                what = spec.target or spec.arg.name
-                raise OpfuseError(f"in-place update of {what!r} ({spec.kind.name}) unsupported")
-        self.n_user = n_user
-        self.out_spec = exported.call_spec.out_spec
-
-    def user_leaves(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
-        """The user inputs of a call ``(*args, **kwargs)`` in the exported order; a call
-        that does not match the example's structure, or changes a constant the program was
-        specialized on, is an OpfuseError that says what was expected."""
-        n_args, keys = _call_shape(self.in_spec)
-        if len(args) != n_args or set(kwargs) != set(keys):
-            raise OpfuseError(f"the compiled model takes {_describe(n_args, keys)}, got "
-                              f"{_describe_call(args, kwargs)}")
-        leaves, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in keys}))
-        if spec != self.in_spec:
-            raise OpfuseError(f"the compiled model takes {_describe(n_args, keys)}, got "
-                              f"{_describe_call(args, kwargs)} (another structure)")
-        for k, leaf in enumerate(leaves):
-            if k in self.constants:
-                if type(leaf) is not type(self.constants[k]) or leaf != self.constants[k]:
-                    raise OpfuseError(f"{self.user_names[k]}: compiled for {self.constants[k]!r}, got "
-                                      f"{leaf!r}; compile again for another value")
-            elif not isinstance(leaf, torch.Tensor):
-                raise OpfuseError(f"{self.user_names[k]}: a tensor, got {type(leaf).__name__}")
-        return leaves
-
-    def flat(self, args: Sequence[Any]) -> list[Any]:
-        return [get(args) for get in self.getters]
-
-    def unflatten(self, results: list[Any]) -> Any:
-        """The model's output structure around ``results``."""
-        if self.out_spec is None:
-            return results[0] if len(results) == 1 else tuple(results)
-        return pytree.tree_unflatten(results, self.out_spec)
-
-
-def _call_shape(in_spec: Any) -> tuple[int, list[str]]:
-    """How many positional arguments and which keywords the exported ``(args, kwargs)``
-    spec has."""
-    if in_spec is None or in_spec.num_children != 2:
-        return 0, []
-    args_spec, kwargs_spec = in_spec.children()
-    return args_spec.num_children, list(kwargs_spec.context or [])
-
-
-def _leaf_names(in_spec: Any) -> list[str]:
-    """A name per user leaf: ``0``, ``1`` for positional tensors, ``'mask'`` for keywords
-    (empty when the spec has nested structure: then leaves are numbered)."""
-    n_args, keys = _call_shape(in_spec)
-    if in_spec is None or in_spec.num_leaves != n_args + len(keys):
-        return []
-    return [str(i) for i in range(n_args)] + [repr(k) for k in keys]
-
-
-def _describe(n_args: int, keys: list[str]) -> str:
-    what = f"{n_args} tensor(s)"
-    return what + (f" and keyword(s) {', '.join(keys)}" if keys else "")
-
-
-def _describe_call(args: tuple, kwargs: dict[str, Any]) -> str:
-    parts = [type(a).__name__ for a in args] + [f"{k}={type(v).__name__}" for k, v in kwargs.items()]
-    return ", ".join(parts) or "nothing"
-
-
 class _DynamoGraph:
     """What the backend returns for a compiled graph: Dynamo calls it with the graph's inputs.
 
@@ -445,7 +351,7 @@ class _DynamoGraph:
     def __init__(self, gm: Any, exported: Any, program: PartitionedProgram):
         self.gm = gm
         self.program = program
-        self._inputs = _Inputs(exported)
+        self._inputs = Inputs(exported, gm)
 
     @property
     def report(self) -> dict:
@@ -456,7 +362,8 @@ class _DynamoGraph:
         if _autograd_recording(args):
             warn(_AUTOGRAD_REASON)
             return self.gm.forward(*args)
-        return self._inputs.unflatten(self.program(self._inputs.flat(args)))
+        flat = self._inputs.flat(args)
+        return self._inputs.finish(flat, self.program(flat))
 
 
 _AUTOGRAD_REASON = (
@@ -479,22 +386,6 @@ def _autograd_recording(tensors: Sequence[Any]) -> bool:
     return torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in tensors
     )
-
-
-def _state_getter(exported: Any, model: Any, target: str) -> Callable[[], Any]:
-    """Reads a parameter/buffer from the model by name, so the current one is used; a
-    constant (or a name export made up) is the exported tensor."""
-    if isinstance(model, torch.nn.Module) and target not in exported.constants:
-        owner_path, _, attr = target.rpartition(".")
-        try:
-            owner = model.get_submodule(owner_path)
-            getattr(owner, attr)
-        except AttributeError:
-            pass
-        else:
-            return lambda: getattr(owner, attr)
-    tensor = exported.state_dict[target] if target in exported.state_dict else exported.constants[target]
-    return lambda: tensor
 
 
 # --------------------------------------------------------------------------- fast paths

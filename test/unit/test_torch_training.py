@@ -397,3 +397,48 @@ def test_training_mode_dropout_runs_in_pytorch_and_the_rest_compiles():
     report = torch_backend.compiled_graphs()[-1].report
     assert [e["op"] for e in report["eager"]] == ["aten.native_dropout.default"]
     assert report["backward"]["eager"] == []
+
+
+# --------------------------------------------------------------------------- optimizers
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    lambda p: torch.optim.Adam(p, lr=1e-2),
+    lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
+], ids=["sgd", "adam", "adamw"])
+def test_compiled_optimizer_step_updates_like_eager(make):
+    """``torch.compile``d ``optimizer.step()``: the graph updates its inputs in place
+    (parameters, moments, the step count), which opfuse writes back after computing the
+    new values; nothing eager (Adam's ``beta ** step`` and ``lerp``'s ``fma`` have rules).
+    Regression: the backend raised on the in-place updates ("PARAMETER_MUTATION
+    unsupported"), failing the user's step, instead of compiling it. (The invalid IR
+    opfuse-fuse-recompute made of Adam's step while those two ops were eager is
+    test/regressions/recompute-clone-before-its-operands.mlir.)"""
+    torch.manual_seed(0)
+
+    def mlp():
+        return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+
+    model, twin = mlp(), mlp()
+    twin.load_state_dict(model.state_dict())
+    opt, twin_opt = make(model.parameters()), make(twin.parameters())
+
+    @torch.compile(backend="opfuse", options={"backend": "cpu"})
+    def step():
+        opt.step()
+
+    x = torch.randn(8, 16)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            for m, o, s in ((model, opt, step), (twin, twin_opt, twin_opt.step)):
+                o.zero_grad()
+                m(x).square().mean().backward()
+                s()
+    assert [str(w.message) for w in seen if "opfuse" in str(w.message)] == []
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    report = torch_backend.compiled_graphs()[-1].report
+    assert report["eager"] == []
+    assert report["totals"]["after"]["kernels"] < report["totals"]["before"]["kernels"]

@@ -14,6 +14,7 @@ memory format. How rules are written: ``aten_rule``.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 from ..builder.graph import Tensor
@@ -147,6 +148,28 @@ def _pow(imp: RuleContext, x: Tensor, exponent: Any) -> Tensor:
     if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
         raise imp.unsupported(f"exponent {exponent!r}")
     return imp.g.pow(*promote(imp, x), exponent, name=imp.name)
+
+
+@rule("aten.pow.Scalar")
+def _scalar_pow(imp: RuleContext, base: Any, exponent: Tensor) -> Tensor:
+    """``base ** exponent`` for a number raised to a tensor (Adam's ``beta ** step``): for
+    ``base > 0``, ``exp(exponent · ln base)`` (within a few ulps of ``powf``)."""
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or base <= 0:
+        raise imp.unsupported(f"base {base!r} (a positive number only)")
+    (e,) = promote(imp, exponent)
+    if e.dtype not in ("f32", "f16", "bf16"):
+        e = imp.g.cast(e, "f32", name=f"{imp.name}.float")  # torch: an int power is float
+    if base == 1:
+        return imp.g.full(e.shape, 1.0, dtype=e.dtype, name=imp.name)
+    return imp.g.exp(imp.g.mul(e, math.log(base), name=f"{imp.name}.log"), name=imp.name)
+
+
+@rule("prims.fma.default")
+def _fma(imp: RuleContext, a: Any, b: Any, c: Any) -> Tensor:
+    """``a * b + c``, rounded twice (a multiply, then an add): within an ulp of the fused
+    multiply-add. Core ATen's ``lerp`` (Adam's moment update) is written with it."""
+    product = imp.g.mul(*promote(imp, a, b), name=f"{imp.name}.mul")
+    return imp.g.add(*promote(imp, product, c), name=imp.name)
 
 
 @rule("aten.gelu.default")
