@@ -442,3 +442,28 @@ def test_compiled_optimizer_step_updates_like_eager(make):
     report = torch_backend.compiled_graphs()[-1].report
     assert report["eager"] == []
     assert report["totals"]["after"]["kernels"] < report["totals"]["before"]["kernels"]
+
+
+class _Counts(nn.Module):
+    def forward(self, mask, x):
+        return mask.sum(), mask.sum(1), mask.sum(dim=0, keepdim=True), (x > 0).sum(-1)
+
+
+def test_boolean_counts_compile_exactly(monkeypatch):
+    """``mask.sum()`` (torch: an int64 count) was left eager ("a reduction of i8 values"):
+    it is summed as float32, exact up to 2**24 booleans, and refused (eager, named) above."""
+    from opfuse.frontends.torch import aten_reductions
+
+    torch.manual_seed(0)
+    mask, x = torch.rand(3, 7) > 0.4, torch.randn(3, 5, 6)
+    fast = opfuse.torch.compile(_Counts(), (mask, x), backend="cpu")
+    assert fast.report["eager"] == []
+    with torch.no_grad():
+        for got, want in zip(fast(mask, x), _Counts()(mask, x)):
+            assert got.dtype == want.dtype == torch.int64 and torch.equal(got, want)
+    monkeypatch.setattr(aten_reductions, "COUNT_LIMIT", 6)  # mask.sum() counts 21
+    with pytest.warns(opfuse.torch.FallbackWarning, match="a count of 21 booleans"):
+        partial = opfuse.torch.compile(_Counts(), (mask, x), backend="cpu")
+    with torch.no_grad():
+        for got, want in zip(partial(mask, x), _Counts()(mask, x)):
+            assert torch.equal(got, want)

@@ -20,7 +20,7 @@ rule = registrar(RULES)
 
 
 def _floats(imp: RuleContext, x: Tensor) -> Tensor:
-    """Reductions are on floats: a sum of booleans (a count) has no rule yet."""
+    """Reductions are on floats (a sum of booleans is a count: ``_count``)."""
     if x.dtype not in ("f32", "f16", "bf16"):
         raise imp.unsupported(f"a reduction of {x.dtype} values (booleans or integers)")
     return x
@@ -42,8 +42,29 @@ def _sum_or_mean(
     *,
     dtype: Any = None,
 ) -> Tensor:
+    if fn == "sum" and dtype is None and x.dtype == "i8":
+        return _count(imp, x, dim, keepdim)
     x = with_dtype(imp, _floats(imp, x) if dtype is None else x, dtype)
     return getattr(imp.g, fn)(x, _dims(dim), keepdim, name=imp.name)
+
+
+#: The most booleans a count sums: below 2**24 every partial sum is exact in float32.
+COUNT_LIMIT = 1 << 24
+
+
+def _count(imp: RuleContext, x: Tensor, dim: Any, keepdim: bool) -> Tensor:
+    """A sum of booleans (torch: an int64 count), summed as float32 and converted back:
+    exact, since no count can exceed the number of booleans summed, which is checked to be
+    at most :data:`COUNT_LIMIT`."""
+    axes = _dims(dim)
+    reduced = range(x.ndim) if axes is None else (
+        [axes] if isinstance(axes, int) else list(axes))
+    n = math.prod(x.shape[a] for a in reduced) if x.ndim else 1
+    if n > COUNT_LIMIT:
+        raise imp.unsupported(f"a count of {n} booleans (at most {COUNT_LIMIT} are exact)")
+    g, name = imp.g, imp.name
+    total = g.sum(g.cast(x, "f32", name=f"{name}.float"), axes, keepdim, name=f"{name}.sum")
+    return g.cast(total, "i64", name=name)
 
 
 # sum and mean take the same arguments and differ only in the builder op they become.
