@@ -1,4 +1,6 @@
-"""``python -m bench.zoo_gpu [model ...]``: the GPU kernels of the model zoo's partitions.
+"""``python -m bench.zoo_gpu [model ...]``: the GPU kernels of the model zoo's partitions
+(``python -m bench.zoo_gpu --train [model ...]``: of a training step's forward and backward
+graphs, for ``bench/train.py``'s models).
 
 Each model (``bench/zoo_models.py``; default: the convolutional ones, ``small_cnn vit
 whisper_encoder wav2vec2``; ``all`` for the whole zoo) is compiled through
@@ -27,14 +29,36 @@ TOL = 1e-4
 
 def check(entry: Any) -> bool:
     """Print one line per partition of ``entry``; whether all of them passed."""
+    from .zoo import compile_with_opfuse
+
+    return check_partitions(entry.name, lambda: compile_with_opfuse(entry))
+
+
+def check_training(entry: Any) -> bool:
+    """:func:`check` for one training step of a ``bench/train.py`` model: the partitions of
+    its forward and its backward graph."""
+    import torch
+
+    from .train import step
+
+    def run() -> None:
+        torch._dynamo.reset()
+        model = entry.build()
+        step(model, torch.compile(model, backend="opfuse", options={"backend": "cpu"}), entry,
+             entry.inputs())
+
+    return check_partitions(f"{entry.name} (training)", run)
+
+
+def check_partitions(name: str, run: Any) -> bool:
+    """Every partition ``run()`` calls, on the inputs of its first call: built for the GPU
+    and emulated; one line each; whether all of them passed."""
     import numpy as np
     import torch
 
     from opfuse import torch_partitions as tp
     from opfuse.testing.emulator import emulate
     from opfuse.backends.gpu.lower import ptxas
-
-    from .zoo import compile_with_opfuse
 
     seen: dict[int, tuple[Any, list]] = {}
     forward = tp.CompiledPartition.forward
@@ -45,7 +69,7 @@ def check(entry: Any) -> bool:
 
     tp.CompiledPartition.forward = recording
     try:
-        compile_with_opfuse(entry)
+        run()
     finally:
         tp.CompiledPartition.forward = forward
     have_ptxas = ptxas.find_ptxas() is not None
@@ -64,14 +88,19 @@ def check(entry: Any) -> bool:
         with torch.no_grad():
             want = part.eager(*tensors)
         want = want if isinstance(want, (tuple, list)) else (want,)
+        # results torch makes from the inputs (views of them) are not the program's
+        want = [w for k, w in enumerate(want) if k not in part.program.input_views]
         err = 0.0
+        sizes_match = len(got) == len(want)
         for g, w in zip(got, want):
             w = w.numpy().astype(np.float64)
-            if w.size:
-                err = max(err, float(np.abs(g.astype(np.float64) - w).max() / max(1.0, np.abs(w).max())))
-        good = err <= TOL and spills == 0 and len(got) == len(want)
+            sizes_match &= g.size == w.size  # a result viewed with keepdims 1s in torch
+            if w.size and g.size == w.size:
+                diff = np.abs(g.astype(np.float64).reshape(w.shape) - w).max()
+                err = max(err, float(diff / max(1.0, np.abs(w).max())))
+        good = err <= TOL and spills == 0 and sizes_match
         ok &= good
-        print(f"{entry.name} {part.name}: {len(kernels)} kernels {dict(sorted(emitters.items()))}"
+        print(f"{name} {part.name}: {len(kernels)} kernels {dict(sorted(emitters.items()))}"
               f"{' registers<=' + str(regs) + ' spills=' + str(spills) if have_ptxas else ' (no ptxas)'}"
               f" max_error={err:.2g} {'ok' if good else 'FAILED'}"
               + "".join(f"\n    note: {n}" for n in program.notes), flush=True)
@@ -83,6 +112,15 @@ def main(argv: list[str]) -> int:
         sys.path.insert(0, str(ROOT))
     from .zoo_models import ZOO
 
+    if argv[:1] == ["--train"]:  # the training steps of bench/train.py's models
+        from .train import BY_NAME, MODELS
+
+        names = argv[1:] or [m.name for m in MODELS]
+        unknown = set(names) - set(BY_NAME)
+        if unknown:
+            print(f"unknown models: {', '.join(sorted(unknown))}", file=sys.stderr)
+            return 1
+        return 0 if all([check_training(BY_NAME[n]) for n in names]) else 1
     names = argv or list(CONVOLUTIONAL)
     entries = ZOO if names == ["all"] else [m for m in ZOO if m.name in names]
     unknown = set(names) - {m.name for m in ZOO} - {"all"}

@@ -63,6 +63,9 @@ class Program:
         # results the function returns without their 1s, viewed with them (no copy)
         self.views = [tuple(shape) if tuple(shape) != tuple(s.shape) else None
                       for shape, s in zip(shapes, self.outputs)]
+        # results torch makes from the inputs (views of them), by position among all
+        self.input_views = imported.input_views
+        self.n_results = len(self.outputs) + len(self.input_views)
 
     def run(self, tensors: Sequence[Any]) -> list[Any]:
         """The results, on the device of the first tensor."""
@@ -73,10 +76,16 @@ class Program:
         results = self.executable(*(to_numpy(t) for t in tensors))
         results = results if isinstance(results, tuple) else (results,)
         return self._viewed([to_torch(a, s.element_type, device)
-                             for a, s in zip(results, self.outputs)])
+                             for a, s in zip(results, self.outputs)], tensors)
 
-    def _viewed(self, results: list[Any]) -> list[Any]:
-        return [r if v is None else r.view(v) for r, v in zip(results, self.views)]
+    def _viewed(self, results: list[Any], tensors: Sequence[Any]) -> list[Any]:
+        """Every result: the function's (viewed with their 1s where they lack them), and
+        in their places the ones torch makes from the inputs."""
+        returned = iter(r if v is None else r.view(v) for r, v in zip(results, self.views))
+        if not self.input_views:
+            return list(returned)
+        return [self.input_views[k](tensors) if k in self.input_views else next(returned)
+                for k in range(self.n_results)]
 
     def _run_on_device(self, run_device: Callable, tensors: Sequence[Any], device: Any) -> list:
         # pragma: no cover - needs a GPU and the cuda runtime's run_device
@@ -88,7 +97,7 @@ class Program:
         stream = torch.cuda.current_stream(device).cuda_stream
         run_device([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs],
                    stream=stream)
-        return self._viewed(outputs)
+        return self._viewed(outputs, tensors)
 
 
 class CompiledPartition(torch.nn.Module):

@@ -310,7 +310,11 @@ def test_backward_graph_rules_match_torch():
 def test_emulated_gpu_kernels_of_both_graphs_match(name, monkeypatch):
     """Every partition of the forward and the backward graph, built by the GPU code
     generator and run by the emulator (race check on) on the inputs the training step
-    gave it, matches the CPU backend's results (which match eager's gradients above)."""
+    gave it, matches the CPU backend's results (which match eager's gradients above).
+    Regressions (the MLP): the bias and norm-weight gradients (lone column reductions)
+    took the sequential fallback emitter, their "columns" kind lost; and the forward's
+    first matmul did too, because it also wrote the weight's transpose saved for the
+    backward, which is now a view torch makes of the weight."""
     import numpy as np
 
     from bench.train import BY_NAME, step
@@ -324,7 +328,8 @@ def test_emulated_gpu_kernels_of_both_graphs_match(name, monkeypatch):
     def recording(self, tensors):
         results = real(self, tensors)
         calls.append((self, [torch_partitions.to_numpy(t).copy() for t in tensors],
-                      [r.detach().clone() for r in results]))
+                      [r.detach().clone() for k, r in enumerate(results)
+                       if k not in self.input_views]))  # views of inputs: torch's
         return results
 
     monkeypatch.setattr(torch_partitions.Program, "run", recording)
@@ -336,6 +341,9 @@ def test_emulated_gpu_kernels_of_both_graphs_match(name, monkeypatch):
     for program, inputs, want in calls:
         gpu = compile_module(program.executable._source, lower=False)
         assert gpu.kernels
+        if name == "mlp":  # the CNN's pooled features saved beside the head's matmul, and
+            # its cropped, transposed weight gradient, still take the fallback emitter
+            assert all(k.emitter != "fallback" for k in gpu.kernels.values()), gpu.notes
         got = emulate.run_program(gpu, inputs)
         assert len(got) == len(want)
         for g, w in zip(got, want):

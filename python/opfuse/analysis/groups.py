@@ -362,7 +362,9 @@ class Planner:
 
     # ----- write back ------------------------------------------------------------------
     def write_back(self) -> None:
-        """Record every multi-op group in the IR; singletons carry no attributes."""
+        """Record every multi-op group in the IR, and every single op whose kind a pass
+        set (a lone column reduction is a ``columns`` kernel, which its op alone does not
+        tell); other singletons carry no attributes."""
         ctx = self.graph.func.context
         i64 = ir.IntegerType.get_signless(64, ctx)
         gid = 0
@@ -373,7 +375,7 @@ class Planner:
                 for name in (GROUP_ATTR, KIND_ATTR):
                     if name in attrs:
                         del attrs[name]
-            if len(members) < 2:
+            if len(members) < 2 and g.forced_kind is None:
                 continue
             for m in members:
                 self.graph.nodes[m].op.attributes[GROUP_ATTR] = ir.IntegerAttr.get(i64, gid)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -92,7 +92,8 @@ class ImportedGraph:
         in_spec: ``torch.utils._pytree`` spec of the model's ``(args, kwargs)``.
         out_spec: pytree spec that rebuilds the model's output structure from the results.
         aten_ops: How many times each ATen op was imported.
-        output_shapes: The results' shapes as the caller sees them (see the field).
+        output_shapes: The returned results' shapes as the caller sees them (see the field).
+        input_views: The results made in torch from the inputs (see the field).
     """
 
     graph: Graph
@@ -105,6 +106,9 @@ class ImportedGraph:
     #: Each result's shape as the caller sees it, where the function returns it without
     #: trailing or inner 1s (None: as the function returns them).
     output_shapes: list[tuple[int, ...]] | None = None
+    #: Results torch makes from the inputs (an input, or a view of one), by result
+    #: position: the function does not return them (its results are the others, in order).
+    input_views: dict[int, Callable[[Sequence[Any]], Any]] = field(default_factory=dict)
 
     @property
     def user_inputs(self) -> list[GraphInput]:
@@ -417,14 +421,64 @@ class _GraphImporter(_Importer):
                 for v in nodes:
                     if not isinstance(self.env.get(v), Tensor):
                         raise OpfuseError(f"output {v} is not a tensor: only tensor outputs")
+                # a result that is an input or a view of one (a training forward saves a
+                # weight's transpose for the backward) is made by torch from the input, as
+                # the view it is: no kernel copies it
+                placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+                views = {k: view for k, v in enumerate(nodes)
+                         if (view := input_view(v, placeholders)) is not None}
+                if len(views) == len(nodes):
+                    views = {}  # nothing left to compile: the views are its only results
+                computed = [v for k, v in enumerate(nodes) if k not in views]
                 # a result with pending keepdims 1s (a layer norm's saved mean) is returned
                 # as the value behind it and viewed in torch: no kernel copies it
-                shapes = [tuple(self.env[v].shape) for v in nodes]
-                self.g.output(*(self.g.unexpanded(self.env[v]) for v in nodes))
+                shapes = [tuple(self.env[v].shape) for v in computed]
+                self.g.output(*(self.g.unexpanded(self.env[v]) for v in computed))
         imported = ImportedGraph(self.g, inputs, [], [n.name for n in nodes], None, None,
                                  self.ops)
         imported.output_shapes = shapes
+        imported.input_views = views
         return imported
+
+
+#: ATen ops that only view their first argument (torch makes them without a copy).
+VIEW_OPS = frozenset({
+    "aten.alias.default", "aten.permute.default", "aten.t.default", "aten.transpose.int",
+    "aten.view.default", "aten._unsafe_view.default", "aten.unsqueeze.default",
+    "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default", "aten.expand.default",
+    "aten.slice.Tensor", "aten.select.int",
+})
+
+
+def input_view(node: Any, placeholders: list[Any]) -> Callable[[Sequence[Any]], Any] | None:
+    """For an FX node that is a graph input or a chain of :data:`VIEW_OPS` from one: a
+    function of the graph's input tensors that makes it with torch (the same views);
+    None for anything computed."""
+    chain = []
+    while node.op == "call_function" and _op_name(node.target) in VIEW_OPS:
+        source, rest = node.args[0], (*node.args[1:], *node.kwargs.values())
+        if any(hasattr(a, "op") for a in _flat(rest)):
+            return None
+        chain.append(node)
+        node = source
+    if node.op != "placeholder" or node not in placeholders:
+        return None
+    index, chain = placeholders.index(node), chain[::-1]
+
+    def make(tensors: Sequence[Any]) -> Any:
+        t = tensors[index]
+        for n in chain:
+            t = n.target(t, *n.args[1:], **n.kwargs)
+        return t
+
+    return make
+
+
+def _flat(values: Sequence[Any]) -> list[Any]:
+    out: list[Any] = []
+    for v in values:
+        out.extend(_flat(v) if isinstance(v, (list, tuple)) else [v])
+    return out
 
 
 def _op_name(target: Any) -> str:
