@@ -1,11 +1,12 @@
-// RUN: fuse-opt %s --emit=kernels | filecheck %s
+// RUN: fuse-opt %s --disable-pass=opfuse-fuse-columns --emit=kernels | filecheck %s
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #colv = affine_map<(d0, d1) -> (d1)>
 
-// A column reduction has no specialized emitter: the fallback runs a grid-stride loop
-// over the 48 outputs (one block of 64 threads, never one thread), each summing its
-// column sequentially.
+// A column reduction left a plain reduction group ("input": opfuse-fuse-columns, which
+// makes it a "columns" kernel, is off here) has no emitter that takes it: the fallback
+// runs a grid-stride loop over the 48 outputs (one block of 64 threads, never one
+// thread), each summing its column sequentially.
 // CHECK-LABEL: func.func @fusion_0_input(
 // CHECK-DAG: %[[ONE:.*]] = arith.constant 1 : index
 // CHECK-DAG: %[[T:.*]] = arith.constant 64 : index

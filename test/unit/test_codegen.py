@@ -214,12 +214,22 @@ def test_strided_slice_is_address_arithmetic():
 
 
 def test_column_reduction_uses_the_fallback_with_a_reason():
+    """Without opfuse-fuse-columns, a column reduction is a plain reduction group, which
+    the rows emitter declines (saying why) and the fallback builds; with it (the default
+    pipeline), even a lone one is a "columns" kernel."""
+    import opfuse
+
     g = Graph("colsum")
     g.output(g.sum(g.input("x", (64, 48)), axis=0))
-    program = compile_module(compile_cpu(g)._source, lower=False)
+    plain = opfuse.Pipeline.default()
+    plain.remove("opfuse-fuse-columns")
+    program = compile_module(opfuse.compile(g, backend="cpu", pipeline=plain)._source,
+                             lower=False)
     (k,) = program.kernels.values()
     assert k.emitter == "fallback" and k.block[0] >= 32
     assert any("column reduction" in n for n in program.notes)
+    (k,) = compile_module(compile_cpu(g)._source, lower=False).kernels.values()
+    assert k.emitter == "columns"
 
 
 def test_kernel_ir_stage_is_readable_gpu_launch():
