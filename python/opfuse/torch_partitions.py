@@ -63,6 +63,8 @@ class Program:
         # results the function returns without their 1s, viewed with them (no copy)
         self.views = [tuple(shape) if tuple(shape) != tuple(s.shape) else None
                       for shape, s in zip(shapes, self.outputs)]
+        # returned results torch views as the graph's results (the values they view)
+        self.result_views = imported.result_views or [None] * len(self.outputs)
         # results torch makes from the inputs (views of them), by position among all
         self.input_views = imported.input_views
         self.n_results = len(self.outputs) + len(self.input_views)
@@ -75,13 +77,22 @@ class Program:
             return self._run_on_device(run_device, tensors, device)  # pragma: no cover - GPU
         results = self.executable(*(to_numpy(t) for t in tensors))
         results = results if isinstance(results, tuple) else (results,)
-        return self._viewed([to_torch(a, s.element_type, device)
-                             for a, s in zip(results, self.outputs)], tensors)
+        return self.as_results(results, tensors)
+
+    def as_results(self, arrays: Sequence[np.ndarray], tensors: Sequence[Any]) -> list[Any]:
+        """The graph's results from the function's (``arrays``, in its order) and the
+        inputs ``tensors``: torch tensors on the inputs' device, viewed as the graph's,
+        with the results torch makes from the inputs in their places. (The GPU program's
+        results, from the emulator, go through this too.)"""
+        device = tensors[0].device if tensors else torch.device("cpu")
+        return self._viewed([to_torch(np.asarray(a), s.element_type, device)
+                             for a, s in zip(arrays, self.outputs)], tensors)
 
     def _viewed(self, results: list[Any], tensors: Sequence[Any]) -> list[Any]:
         """Every result: the function's (viewed with their 1s where they lack them), and
         in their places the ones torch makes from the inputs."""
-        returned = iter(r if v is None else r.view(v) for r, v in zip(results, self.views))
+        returned = iter(_apply(f, r if v is None else r.view(v))
+                        for r, v, f in zip(results, self.views, self.result_views))
         if not self.input_views:
             return list(returned)
         return [self.input_views[k](tensors) if k in self.input_views else next(returned)
@@ -98,6 +109,10 @@ class Program:
         run_device([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs],
                    stream=stream)
         return self._viewed(outputs, tensors)
+
+
+def _apply(view: Callable[[Any], Any] | None, t: Any) -> Any:
+    return t if view is None else view(t)
 
 
 class CompiledPartition(torch.nn.Module):

@@ -315,8 +315,6 @@ def test_emulated_gpu_kernels_of_both_graphs_match(name, monkeypatch):
     took the sequential fallback emitter, their "columns" kind lost; and the forward's
     first matmul did too, because it also wrote the weight's transpose saved for the
     backward, which is now a view torch makes of the weight."""
-    import numpy as np
-
     from bench.train import BY_NAME, step
     from opfuse import torch_partitions
     from opfuse.backends.gpu.compiler import compile_module
@@ -327,9 +325,8 @@ def test_emulated_gpu_kernels_of_both_graphs_match(name, monkeypatch):
 
     def recording(self, tensors):
         results = real(self, tensors)
-        calls.append((self, [torch_partitions.to_numpy(t).copy() for t in tensors],
-                      [r.detach().clone() for k, r in enumerate(results)
-                       if k not in self.input_views]))  # views of inputs: torch's
+        calls.append((self, [t.detach().clone() for t in tensors],
+                      [r.detach().clone() for r in results]))
         return results
 
     monkeypatch.setattr(torch_partitions.Program, "run", recording)
@@ -344,14 +341,14 @@ def test_emulated_gpu_kernels_of_both_graphs_match(name, monkeypatch):
         if name == "mlp":  # the CNN's pooled features saved beside the head's matmul, and
             # its cropped, transposed weight gradient, still take the fallback emitter
             assert all(k.emitter != "fallback" for k in gpu.kernels.values()), gpu.notes
-        got = emulate.run_program(gpu, inputs)
+        arrays = emulate.run_program(gpu, [torch_partitions.to_numpy(t) for t in inputs])
+        got = program.as_results(arrays, inputs)  # viewed as the graph's results
         assert len(got) == len(want)
         for g, w in zip(got, want):
-            w = w.numpy().astype(np.float64)
-            assert g.size == w.size  # a result returned without its 1s is viewed with them
-            scale = max(1.0, float(np.abs(w).max())) if w.size else 1.0
-            np.testing.assert_allclose(g.astype(np.float64).reshape(w.shape), w, rtol=0,
-                                       atol=1e-4 * scale)
+            assert g.shape == w.shape and g.dtype == w.dtype
+            w = w.double()
+            scale = max(1.0, w.abs().max().item()) if w.numel() else 1.0
+            torch.testing.assert_close(g.double(), w, rtol=0, atol=1e-4 * scale)
 
 
 class _NormWithStatistics(nn.Module):

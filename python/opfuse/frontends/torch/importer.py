@@ -94,6 +94,7 @@ class ImportedGraph:
         aten_ops: How many times each ATen op was imported.
         output_shapes: The returned results' shapes as the caller sees them (see the field).
         input_views: The results made in torch from the inputs (see the field).
+        result_views: The views torch applies to returned results (see the field).
     """
 
     graph: Graph
@@ -109,6 +110,9 @@ class ImportedGraph:
     #: Results torch makes from the inputs (an input, or a view of one), by result
     #: position: the function does not return them (its results are the others, in order).
     input_views: dict[int, Callable[[Sequence[Any]], Any]] = field(default_factory=dict)
+    #: Per returned result: None, or the views torch applies to it (the function returns
+    #: the value a result views, not the view).
+    result_views: list[Callable[[Any], Any] | None] | None = None
 
     @property
     def user_inputs(self) -> list[GraphInput]:
@@ -430,14 +434,29 @@ class _GraphImporter(_Importer):
                 if len(views) == len(nodes):
                     views = {}  # nothing left to compile: the views are its only results
                 computed = [v for k, v in enumerate(nodes) if k not in views]
+                # a result that views a computed value (the activation a matmul reads,
+                # viewed as the backward saves it) is returned as that value and viewed in
+                # torch: the view stays inside the kernel that reads it, which then writes
+                # only its own result (a matmul kernel cannot also write its operand)
+                bases, replays = [], []
+                for v in computed:
+                    source, chain = view_chain(v)
+                    if chain and source.op == "call_function" and \
+                            isinstance(self.env.get(source), Tensor):
+                        bases.append(source)
+                        replays.append(replay(chain))
+                    else:
+                        bases.append(v)
+                        replays.append(None)
                 # a result with pending keepdims 1s (a layer norm's saved mean) is returned
                 # as the value behind it and viewed in torch: no kernel copies it
-                shapes = [tuple(self.env[v].shape) for v in computed]
-                self.g.output(*(self.g.unexpanded(self.env[v]) for v in computed))
+                shapes = [tuple(self.env[b].shape) for b in bases]
+                self.g.output(*(self.g.unexpanded(self.env[b]) for b in bases))
         imported = ImportedGraph(self.g, inputs, [], [n.name for n in nodes], None, None,
                                  self.ops)
         imported.output_shapes = shapes
         imported.input_views = views
+        imported.result_views = replays
         return imported
 
 
@@ -450,28 +469,49 @@ VIEW_OPS = frozenset({
 })
 
 
+def view_chain(node: Any) -> tuple[Any, list[Any]]:
+    """``node``'s source and the :data:`VIEW_OPS` from it to ``node`` (empty when ``node``
+    is not a view): the ops make the view from the source alone."""
+    chain = []
+    while node.op == "call_function" and _op_name(node.target) in VIEW_OPS:
+        source, rest = node.args[0], (*node.args[1:], *node.kwargs.values())
+        if not hasattr(source, "op") or any(hasattr(a, "op") for a in _flat(rest)):
+            break
+        chain.append(node)
+        node = source
+    return node, chain[::-1]
+
+
+def replay(chain: list[Any]) -> Callable[[Any], Any]:
+    """A function that applies the view ops ``chain`` (:func:`view_chain`) to a tensor.
+
+    ``view`` is applied as ``reshape`` (a view where the strides allow, else a copy):
+    AOTAutograd's graphs are written for a compiler and ``view`` a permuted tensor, which
+    eager ``view`` refuses."""
+    import torch
+
+    aten = torch.ops.aten
+    reshapes = (aten.view.default, aten._unsafe_view.default)
+    steps = [(aten.reshape.default if n.target in reshapes else n.target, n.args[1:], n.kwargs)
+             for n in chain]
+
+    def view(t: Any) -> Any:
+        for target, args, kwargs in steps:
+            t = target(t, *args, **kwargs)
+        return t
+
+    return view
+
+
 def input_view(node: Any, placeholders: list[Any]) -> Callable[[Sequence[Any]], Any] | None:
     """For an FX node that is a graph input or a chain of :data:`VIEW_OPS` from one: a
     function of the graph's input tensors that makes it with torch (the same views);
     None for anything computed."""
-    chain = []
-    while node.op == "call_function" and _op_name(node.target) in VIEW_OPS:
-        source, rest = node.args[0], (*node.args[1:], *node.kwargs.values())
-        if any(hasattr(a, "op") for a in _flat(rest)):
-            return None
-        chain.append(node)
-        node = source
-    if node.op != "placeholder" or node not in placeholders:
+    source, chain = view_chain(node)
+    if source.op != "placeholder" or source not in placeholders:
         return None
-    index, chain = placeholders.index(node), chain[::-1]
-
-    def make(tensors: Sequence[Any]) -> Any:
-        t = tensors[index]
-        for n in chain:
-            t = n.target(t, *n.args[1:], **n.kwargs)
-        return t
-
-    return make
+    index, view = placeholders.index(source), replay(chain)
+    return lambda tensors: view(tensors[index])
 
 
 def _flat(values: Sequence[Any]) -> list[Any]:
