@@ -73,10 +73,12 @@ def check_partitions(name: str, run: Any, against_cpu: bool = False) -> bool:
         return results
 
     tp.CompiledPartition.forward = recording
+    tp.GPU_LAYOUT_ON_CPU = True  # the partitions as the GPU backend would import them
     try:
         run()
     finally:
         tp.CompiledPartition.forward = forward
+        tp.GPU_LAYOUT_ON_CPU = False
     have_ptxas = ptxas.find_ptxas() is not None
     ok = True
     for part, tensors, cpu_results in seen.values():

@@ -44,6 +44,14 @@ TORCH_DTYPES = {
 }
 
 
+#: Import partitions compiled for the CPU as for the GPU: results that are inputs or views
+#: are made by torch, not written by a kernel (``import_graph_module``'s
+#: ``views_in_torch``), so that the partitions' GPU programs can be built and emulated from
+#: a CPU run (``bench/zoo_gpu.py``, the training tests). Off by default: on the CPU it costs
+#: a Python-level op per view and call.
+GPU_LAYOUT_ON_CPU = False
+
+
 class FallbackWarning(UserWarning):
     """opfuse ran (part of) a model eagerly instead of compiled; the message says why."""
 
@@ -155,13 +163,16 @@ class PartitionedProgram:
     def __init__(self, program: Any, *, name: str = "forward", strict: bool = False,
                  **options: Any):
         self.signature = program.graph_signature
+        views_in_torch = GPU_LAYOUT_ON_CPU or api.resolve_backend(
+            options.get("backend", "auto")) == "cuda"
         split = partition(program)
         self.gm = split.gm
         self.partitions: list[CompiledPartition] = []
         self.eager: list[EagerOp] = list(split.eager)
         for sub_name, sub in split.partitions:
             try:
-                imported = import_graph_module(sub, name=f"{name}_{sub_name}")
+                imported = import_graph_module(sub, name=f"{name}_{sub_name}",
+                                               views_in_torch=views_in_torch)
                 executable = api.compile(imported.graph, **options)
             except OpfuseError as e:
                 if strict:

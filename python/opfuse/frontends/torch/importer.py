@@ -230,12 +230,19 @@ def import_exported_program(program: Any, *, name: str = "forward") -> ImportedG
     return _Importer(program, name).run()
 
 
-def import_graph_module(gm: Any, *, name: str = "forward") -> ImportedGraph:
+def import_graph_module(gm: Any, *, name: str = "forward", views_in_torch: bool = True
+                        ) -> ImportedGraph:
     """Import a plain ATen FX graph: one partition of an exported program
     (``torch_partition``), every placeholder a user input (its ``meta["val"]`` gives the
     shape and dtype), the results those of its output node (a single value or a tuple).
+
+    ``views_in_torch``: results that are inputs or views (of inputs, or of values a
+    kernel reads) are made by torch at each call instead of written by a kernel. The GPU
+    needs it (its matmul emitters write only their product); on the CPU it costs a
+    Python-level op per view and call (0.7 ms of a tiny Llama's 2.7 ms training step),
+    where the JIT code writes them in the kernels at no cost worth the name.
     """
-    return _GraphImporter(gm, name).run()
+    return _GraphImporter(gm, name, views_in_torch).run()
 
 
 def export(model: Any, args: tuple, kwargs: dict[str, Any] | None = None) -> Any:
@@ -406,9 +413,10 @@ class _Importer:
 class _GraphImporter(_Importer):
     """Imports a plain ATen graph (a partition): placeholders are the user inputs."""
 
-    def __init__(self, gm: Any, name: str):
+    def __init__(self, gm: Any, name: str, views_in_torch: bool = True):
         super().__init__(None, name)
         self.gm = gm
+        self.views_in_torch = views_in_torch
 
     def run(self) -> ImportedGraph:
         inputs = []
@@ -429,8 +437,8 @@ class _GraphImporter(_Importer):
                 # weight's transpose for the backward) is made by torch from the input, as
                 # the view it is: no kernel copies it
                 placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
-                views = {k: view for k, v in enumerate(nodes)
-                         if (view := input_view(v, placeholders)) is not None}
+                views = {k: view for k, v in enumerate(nodes) if self.views_in_torch
+                         and (view := input_view(v, placeholders)) is not None}
                 if len(views) == len(nodes):
                     views = {}  # nothing left to compile: the views are its only results
                 computed = [v for k, v in enumerate(nodes) if k not in views]
@@ -440,7 +448,7 @@ class _GraphImporter(_Importer):
                 # only its own result (a matmul kernel cannot also write its operand)
                 bases, replays = [], []
                 for v in computed:
-                    source, chain = view_chain(v)
+                    source, chain = view_chain(v) if self.views_in_torch else (v, [])
                     if chain and source.op == "call_function" and \
                             isinstance(self.env.get(source), Tensor):
                         bases.append(source)
