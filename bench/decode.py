@@ -14,14 +14,13 @@ Writes ``decode.json`` and ``decode.md`` to ``--out``.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .output import cpu_name, write_table
 from .zoo_models import _GQA, _seeded, _transformers
 
 COMPILERS = ("eager", "inductor", "opfuse")
@@ -110,12 +109,9 @@ def run(tokens: int, rounds: int, out: Path) -> dict:
                          "tokens_per_s": tokens / decode,
                          "vs_eager": statistics.median(times["eager"]) / decode})
     opfuse.api.compile = real
-    doc = {"tokens": tokens, "rounds": rounds, "rows": rows, "host": platform.processor() or
-           platform.machine(), "cpus": os.cpu_count(), "load": os.getloadavg(),
-           "torch": torch.__version__}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "decode.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (out / "decode.md").write_text(_markdown(doc))
+    doc = {"tokens": tokens, "rounds": rounds, "rows": rows, "host": cpu_name(),
+           "cpus": os.cpu_count(), "load": os.getloadavg(), "torch": torch.__version__}
+    write_table(out, "decode", doc, _markdown(doc))
     print(_markdown(doc))
     return doc
 

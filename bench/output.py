@@ -34,6 +34,27 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def write_table(out: Path, stem: str, doc: dict[str, Any], table: str) -> None:
+    """``<stem>.json`` (``doc``) and ``<stem>.md`` (``table``) in ``out``: what the zoo,
+    decode and training benchmarks write."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / f"{stem}.json", (json.dumps(doc, indent=1) + "\n").encode())
+    write_atomic(out / f"{stem}.md", table.encode())
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def write_all(doc: dict[str, Any], out: Path) -> None:
     """Charts, then the markdown table, then the JSON (which lists the other files)."""
     out.mkdir(parents=True, exist_ok=True)

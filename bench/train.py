@@ -26,9 +26,7 @@ Writes ``train.json`` and ``train.md`` to ``--out``.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import statistics
 import time
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import zoo_models as zm
+from .output import cpu_name, write_table
 
 COMPILERS = ("eager", "inductor", "opfuse")
 
@@ -221,24 +220,12 @@ def run(names: list[str] | None, out: Path, budget_s: float) -> dict:
                   f"{ms:8.3f} ms  x{eager_ms / ms:5.2f} eager  kernels "
                   f"{kernels.get(compiler, {}).get('kernels', '-')}  grad error "
                   f"{errors[compiler]:.1e}", flush=True)
-    doc = {"budget_s": budget_s, "rows": rows, "host": _cpu_name(), "cpus": os.cpu_count(),
+    doc = {"budget_s": budget_s, "rows": rows, "host": cpu_name(), "cpus": os.cpu_count(),
            "threads": torch.get_num_threads(), "load": os.getloadavg(),
            "torch": torch.__version__}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "train.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (out / "train.md").write_text(markdown(doc))
+    write_table(out, "train", doc, markdown(doc))
     print(markdown(doc))
     return doc
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def markdown(doc: dict) -> str:

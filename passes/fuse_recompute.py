@@ -112,16 +112,18 @@ def _next_candidate(planner: Planner, decided: set[int]
                        if gathered in graph.nodes[r].gathers]
             return p, list({id(c): c for c in targets}.values()), gathered
         targets = [c for c in planner.consumer_groups(p) if _reads_through_broadcast(planner, p, c)]
-        blocked = [c for c in targets
-                   if not _clonable_before(planner, p, _first_reader(planner, p, c))]
-        for c in blocked:
-            first = graph.nodes[_first_reader(planner, p, c)]
-            planner.refuse(p, c, f"{graph.nodes[p.last].label} reads values defined after "
-                                 f"its first reader {first.label}: no copy can go there")
-        targets = [c for c in targets if c not in blocked]
+        clonable = []
+        for c in targets:
+            first = _first_reader(planner, p, c)
+            if _clonable_before(planner, p, first):
+                clonable.append(c)
+            else:
+                planner.refuse(p, c, f"{graph.nodes[p.last].label} reads values defined "
+                                     f"after its first reader {graph.nodes[first].label}: "
+                                     "no copy can go there")
+        if clonable:
+            return p, clonable, None
         if targets:
-            return p, targets, None
-        if blocked:
             decided.add(op_key(graph.nodes[p.last].op))  # refused once, not again
     return None
 

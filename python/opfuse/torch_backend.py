@@ -43,7 +43,6 @@ from typing import Any, Callable, Iterator, Sequence
 try:
     import torch
     import torch.nn.functional as F
-    from torch.utils import _pytree as pytree
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "opfuse.torch needs PyTorch: pip install 'opfuse[torch]' (torch==2.13.0)"
@@ -274,12 +273,15 @@ def compiled_graphs() -> list[Any]:
 
 
 def _guard_options(opts: dict[str, Any]) -> Any:
-    """The guard's thresholds among the backend's options (``delta``, ``r_limit``,
-    ``target``), for decisions taken outside a pipeline."""
+    """The guard's thresholds among the backend's options (``GuardOptions``' fields:
+    ``delta``, ``r_limit``, ``target``, ...), for decisions taken outside a pipeline."""
+    import dataclasses
+
     from .cost.guard import GuardOptions
 
-    fields = {k.replace("-", "_"): v for k, v in opts.items()}
-    return GuardOptions(**{k: fields[k] for k in ("delta", "r_limit", "target") if k in fields})
+    names = {f.name for f in dataclasses.fields(GuardOptions)}
+    given = {k.replace("-", "_"): v for k, v in opts.items()}
+    return GuardOptions(**{k: v for k, v in given.items() if k in names})
 
 
 def _static_graph(gm: Any, example_inputs: Sequence[Any], opts: dict[str, Any],

@@ -68,11 +68,12 @@ class Program:
         self.executable = executable
         self.outputs = executable.signature.outputs
         shapes = imported.output_shapes or [tuple(s.shape) for s in self.outputs]
-        # results the function returns without their 1s, viewed with them (no copy)
-        self.views = [tuple(shape) if tuple(shape) != tuple(s.shape) else None
-                      for shape, s in zip(shapes, self.outputs)]
-        # returned results torch views as the graph's results (the values they view)
-        self.result_views = imported.result_views or [None] * len(self.outputs)
+        replays = imported.result_views or [None] * len(self.outputs)
+        # per returned result, what makes the graph's result of it (None: itself): the
+        # view with the 1s it is returned without, then the views torch applies to it
+        self._post = [_post(tuple(shape) if tuple(shape) != tuple(s.shape) else None, r)
+                      for shape, s, r in zip(shapes, self.outputs, replays)]
+        self._plain = not any(self._post)
         # results torch makes from the inputs (views of them), by position among all
         self.input_views = imported.input_views
         self.n_results = len(self.outputs) + len(self.input_views)
@@ -97,12 +98,13 @@ class Program:
                              for a, s in zip(arrays, self.outputs)], tensors)
 
     def _viewed(self, results: list[Any], tensors: Sequence[Any]) -> list[Any]:
-        """Every result: the function's (viewed with their 1s where they lack them), and
-        in their places the ones torch makes from the inputs."""
-        returned = iter(_apply(f, r if v is None else r.view(v))
-                        for r, v, f in zip(results, self.views, self.result_views))
+        """Every result: the function's (viewed as the graph's), and in their places the
+        ones torch makes from the inputs."""
+        if not self._plain:
+            results = [r if f is None else f(r) for r, f in zip(results, self._post)]
         if not self.input_views:
-            return list(returned)
+            return results
+        returned = iter(results)
         return [self.input_views[k](tensors) if k in self.input_views else next(returned)
                 for k in range(self.n_results)]
 
@@ -119,8 +121,14 @@ class Program:
         return self._viewed(outputs, tensors)
 
 
-def _apply(view: Callable[[Any], Any] | None, t: Any) -> Any:
-    return t if view is None else view(t)
+def _post(shape: tuple[int, ...] | None, replay: Callable[[Any], Any] | None
+          ) -> Callable[[Any], Any] | None:
+    """``view(shape)`` then ``replay``, either one absent (None when both are)."""
+    if shape is None:
+        return replay
+    if replay is None:
+        return lambda t: t.view(shape)
+    return lambda t: replay(t.view(shape))
 
 
 class CompiledPartition(torch.nn.Module):

@@ -5,9 +5,10 @@ requires grad), Dynamo's graph goes through AOTAutograd, as Inductor's does: it 
 joint forward-backward graph in core ATen (opfuse's decomposition table), a partitioner
 splits it into a forward graph, which also returns the tensors the backward needs, and a
 backward graph, which takes those and the output gradients; opfuse compiles both, each
-like any other graph (split into the partitions it supports, fused, run on its backend;
-symbolic sizes specialized per shape). ``loss.backward()`` then runs opfuse's backward
-kernels.
+like any other graph (split into the partitions it supports, fused, run on its backend).
+Both graphs are static: a graph Dynamo traced with symbolic sizes is specialized per shape
+before it reaches AOTAutograd (``torch_backend``). ``loss.backward()`` then runs opfuse's
+backward kernels.
 
 Before AOTAutograd, ``scaled_dot_product_attention`` is spelled in the ops it computes
 (:func:`attention_math`: two matmuls and a softmax), so autograd differentiates those and
@@ -35,6 +36,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from . import kinds
 from .analysis.ledger import Decision
 from .cost.guard import GuardOptions, estimate_registers, recompute_guard
 from .frontends.torch.decompositions import decomposition_table
@@ -79,7 +81,7 @@ class TrainingGraph:
         """The forward's and the backward's reports, their totals summed (``totals``), the
         saved tensors, the recomputed ops and the decision between them."""
         graphs = {"forward": self.forward, "backward": self.backward}
-        reports = {k: _report_of(g) for k, g in graphs.items()}
+        reports = {k: getattr(g, "report", None) for k, g in graphs.items()}
         keys = ("kernels", "bytes", "flops")
         totals = {side: {k: sum(r["totals"][side][k] for r in reports.values() if r)
                          for k in keys} for side in ("before", "after")}
@@ -92,18 +94,6 @@ class TrainingGraph:
             "recomputed": self.recomputed,
             "recompute": self.recompute.to_json() if self.recompute else None,
         }
-
-
-def _report_of(graph: Any) -> dict[str, Any] | None:
-    """A compiled graph's report: a static graph's own, a shape-specialized graph's latest
-    specialization's (with its ``shapes``)."""
-    if graph is None:
-        return None
-    report = getattr(graph, "report", None)
-    if report is not None:
-        return report
-    reports = getattr(graph, "reports", None)
-    return reports[-1] if reports else None
 
 
 def compile_training(gm: Any, example_inputs: Sequence[Any],
@@ -228,11 +218,11 @@ def saved_values(forward: Any, num_fwd_outputs: int) -> list[dict[str, Any]]:
     out = []
     for v in values:
         val = v.meta.get("val") if hasattr(v, "meta") else None
-        if not isinstance(val, torch.Tensor):  # a SymInt the backward needs
+        if not isinstance(val, torch.Tensor):  # a scalar the backward needs
             continue
-        out.append({"name": v.name, "shape": [_int(d) for d in val.shape],
+        out.append({"name": v.name, "shape": [int(d) for d in val.shape],
                     "dtype": str(val.dtype).removeprefix("torch."),
-                    "bytes": _int(val.numel()) * val.element_size()})
+                    "bytes": val.numel() * val.element_size()})
     return out
 
 
@@ -240,13 +230,6 @@ def recomputed_nodes(backward: Any, forward_names: set[str]) -> list[Any]:
     """The backward graph's compute nodes that are forward nodes of the joint graph."""
     return [n for n in backward.graph.nodes
             if n.op == "call_function" and n.name in forward_names]
-
-
-def _int(size: Any) -> int:
-    """A size as an int (a symbolic one at its hint)."""
-    if isinstance(size, torch.SymInt):
-        return int(size.node.hint) if size.node.hint is not None else 1
-    return int(size)
 
 
 def judge_recompute(saved_all: list[dict], saved_fewer: list[dict], recomputed: list[Any],
@@ -306,18 +289,20 @@ def _chains(nodes: list[Any]) -> list[list[Any]]:
 
 def _chain_registers(chain: list[Any]) -> int:
     """The loop kernel's register model for one recomputed chain: a pointer per tensor
-    it reads from outside, a live value per op."""
+    it reads from outside, a live value per op, its widest element."""
     inside = {n.name for n in chain}
     reads = {a.name for n in chain for a in n.all_input_nodes} - inside
-    return estimate_registers("loop", max(1, len(reads)), len(chain), 4)
+    vals = [n.meta.get("val") for n in chain]
+    element = max((v.element_size() for v in vals if isinstance(v, torch.Tensor)), default=4)
+    return estimate_registers(kinds.DEFAULT, max(1, len(reads)), len(chain), element)
 
 
 def _numel(node: Any) -> int:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        return _int(val.numel())
+        return val.numel()
     if isinstance(val, (tuple, list)):
-        return sum(_int(v.numel()) for v in val if isinstance(v, torch.Tensor))
+        return sum(v.numel() for v in val if isinstance(v, torch.Tensor))
     return 1
 
 

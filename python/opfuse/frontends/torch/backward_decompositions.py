@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .aten_conv import _pair
+
 #: The most elements the embedding gradient's one-hot matrix (tokens × vocabulary) may have.
 ONE_HOT_LIMIT = 1 << 22
 
@@ -97,11 +99,6 @@ def embedding_dense_backward(grad_output: Any, indices: Any, num_weights: int,
     return torch.mm(onehot.t(), grads).reshape(num_weights, *grad_output.shape[indices.dim():])
 
 
-def _pair(v: Any) -> list[int]:
-    v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return [int(x) for x in (v * 2 if len(v) == 1 else v)]
-
-
 def _zero_insert(t: Any, stride: list[int]) -> Any:
     """``t`` (N, C, H, W) with ``stride - 1`` zeros between neighbours along H and W:
     (N, C, (H-1)·s + 1, (W-1)·s + 1), in views and pads (no scatter)."""
@@ -127,9 +124,9 @@ def max_pool2d_with_indices_backward(grad_output: Any, self: Any, kernel_size: A
 
     if ceil_mode or self.dim() != 4:
         return NotImplemented
-    k = _pair(kernel_size)
-    s = _pair(stride) if stride else k
-    p, d = _pair(padding), _pair(dilation)
+    k = _pair(kernel_size, 2)
+    s = _pair(stride, 2) if stride else k
+    p, d = _pair(padding, 2), _pair(dilation, 2)
     height, width = self.shape[2:]
     out_h, out_w = grad_output.shape[2:]
     rows = torch.arange(out_h, device=self.device).view(out_h, 1) * s[0]
@@ -167,7 +164,7 @@ def convolution_backward(grad_output: Any, input: Any, weight: Any, bias_sizes: 
 
     if transposed or groups != 1 or input.dim() != 4:
         return NotImplemented
-    s, p, d = _pair(stride), _pair(padding), _pair(dilation)
+    s, p, d = (_pair(v, 2) for v in (stride, padding, dilation))
     k = list(weight.shape[2:])
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:

@@ -481,12 +481,10 @@ def view_chain(node: Any) -> tuple[Any, list[Any]]:
     """``node``'s source and the :data:`VIEW_OPS` from it to ``node`` (empty when ``node``
     is not a view): the ops make the view from the source alone."""
     chain = []
-    while node.op == "call_function" and _op_name(node.target) in VIEW_OPS:
-        source, rest = node.args[0], (*node.args[1:], *node.kwargs.values())
-        if not hasattr(source, "op") or any(hasattr(a, "op") for a in _flat(rest)):
-            break
+    while node.op == "call_function" and _op_name(node.target) in VIEW_OPS \
+            and node.all_input_nodes == [node.args[0]]:  # the source is its only node
         chain.append(node)
-        node = source
+        node = node.args[0]
     return node, chain[::-1]
 
 
@@ -520,13 +518,6 @@ def input_view(node: Any, placeholders: list[Any]) -> Callable[[Sequence[Any]], 
         return None
     index, view = placeholders.index(source), replay(chain)
     return lambda tensors: view(tensors[index])
-
-
-def _flat(values: Sequence[Any]) -> list[Any]:
-    out: list[Any] = []
-    for v in values:
-        out.extend(_flat(v) if isinstance(v, (list, tuple)) else [v])
-    return out
 
 
 def _op_name(target: Any) -> str:
