@@ -97,6 +97,7 @@ def fake_registry(monkeypatch):
         "opfuse-fuse-producer-consumer": _module("opfuse-fuse-producer-consumer", GuardOpts, _tagger("opfuse-fuse-producer-consumer")),
         "opfuse-fuse-reduction": _module("opfuse-fuse-reduction", GuardOpts, _tagger("opfuse-fuse-reduction")),
         "opfuse-fuse-columns": _module("opfuse-fuse-columns", GuardOpts, _tagger("opfuse-fuse-columns")),
+        "opfuse-fuse-column-sums": _module("opfuse-fuse-column-sums", GuardOpts, _tagger("opfuse-fuse-column-sums")),
         "opfuse-fuse-scan": _module("opfuse-fuse-scan", GuardOpts, _tagger("opfuse-fuse-scan")),
         "opfuse-fuse-epilogue": _module("opfuse-fuse-epilogue", GuardOpts, _tagger("opfuse-fuse-epilogue")),
         "opfuse-fuse-horizontal": _module("opfuse-fuse-horizontal", GuardOpts, _tagger("opfuse-fuse-horizontal")),
@@ -451,7 +452,7 @@ def test_fuse_opt_default_pipeline_with_disable(tmp_path, capsys):
     assert _fuse_opt(tmp_path, "--disable-pass=opfuse-fuse-reduction", "--disable-pass", "opfuse-outline") == 0
     assert [name for name, _ in RAN] == ["opfuse-fold-unit-dims", "opfuse-fuse-elementwise",
                                          "opfuse-fuse-producer-consumer", "opfuse-fuse-columns",
-                                         "opfuse-fuse-scan",
+                                         "opfuse-fuse-column-sums", "opfuse-fuse-scan",
                                          "opfuse-fuse-epilogue", "opfuse-fuse-horizontal",
                                          "opfuse-fuse-recompute", "opfuse-fuse-attention"]
     assert _fuse_opt(tmp_path, "--disable-pass=opfuse-outline", "--opfuse-outline") == 1

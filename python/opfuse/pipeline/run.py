@@ -62,6 +62,11 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     # its broadcast producers may be; before the epilogues, which would claim a consumer
     # that is also a matmul's.
     "opfuse-fuse-columns",
+    # A column sum that reads what a row kernel computes (a backward pass's bias and
+    # LayerNorm weight gradients) joins that row kernel, which adds into it atomically:
+    # after opfuse-fuse-columns, which gives column groups their own consumers and
+    # producers first.
+    "opfuse-fuse-column-sums",
     # A scan (cumsum) takes the loop groups over its domain on both sides (the mask it
     # counts, the position arithmetic after it); after the reductions, which do not take a
     # scan, so that a loop group both could claim goes to the reduction first.

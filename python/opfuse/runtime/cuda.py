@@ -158,6 +158,10 @@ class CudaProgram:
                 spec = self.kernels[s.func]
                 args = bind_params(spec, [ptr[a] for a in s.args], [ptr[r] for r in s.results])
                 raw = drv.prepare(self._functions[s.func], spec.grid, spec.block, spec.smem, args)
+                for i in spec.zeroed:  # results the kernel adds into atomically
+                    b = s.results[i]
+                    n = sched.buffers[b].nbytes
+                    steps.append(("zero", lambda b=b, n=n: drv.memset(ptr[b], 0, n)))
                 steps.append((s.func, _named(spec, raw)))
             elif isinstance(s, Copy):
                 n = self.schedule.buffers[s.dst].nbytes
@@ -206,7 +210,8 @@ class Bound:
     """A program bound to device buffers (:meth:`CudaProgram.bind`).
 
     Attributes:
-        steps: ``(kernel name or "copy", launcher)`` in program order; each launcher
+        steps: ``(kernel name | "copy" | "zero", launcher)`` in program order ("zero": the
+            memset of a result a kernel adds into atomically); each launcher
             enqueues one launch (parameters packed once) and names its kernel on error.
     """
 
@@ -239,7 +244,7 @@ class Bound:
         trap) is reported with the kernel that caused it, not by a later call."""
         for name, launch in self.steps:
             launch()
-            if name == "copy":
+            if name in ("copy", "zero"):
                 continue
             try:
                 self.drv.synchronize()
@@ -250,7 +255,7 @@ class Bound:
 
     def kernels(self) -> list[tuple[str, Callable[[], None]]]:
         """``(name, launcher)`` of every kernel call, in program order."""
-        return [(n, f) for n, f in self.steps if n != "copy"]
+        return [(n, f) for n, f in self.steps if n not in ("copy", "zero")]
 
     def device_time(self) -> float:
         """Seconds of device time of one run (CUDA events; no transfers)."""

@@ -285,7 +285,8 @@ class KernelSpec:
         ptx: PTX text per chip; ``resources``: ``ptxas -v`` figures per chip (when ptxas
             ran); ``cubin``: assembled code per chip (bytes, when ptxas ran).
         meta: what the emitter chose, for reports and estimates (matmuls: ``tile`` [bm,
-            bn, bk], ``warps``, ``stages``, ``mma`` (the tensor-core kind) or absent).
+            bn, bk], ``warps``, ``stages``, ``mma`` (the tensor-core kind) or absent);
+            ``zeroed``: see :attr:`zeroed`.
     """
 
     name: str
@@ -300,6 +301,12 @@ class KernelSpec:
     cubin: dict[str, bytes] = field(default_factory=dict)
     vector_lanes: int = 1
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def zeroed(self) -> tuple[int, ...]:
+        """Results the runtime fills with zero bytes before every launch: the kernel adds
+        into them atomically from several blocks (a column sum in a row kernel)."""
+        return tuple(int(i) for i in self.meta.get("zeroed", ()))
 
     @property
     def threads_per_block(self) -> int:

@@ -23,7 +23,8 @@ and so is, always, a vector load or store at an address without the alignment it
 (a misaligned-address fault on a GPU).
 
 What it does not check: the NVVM/PTX lowering (LLVM's job), races through global memory
-(the emitters give every output element one writer), and warp-synchronous assumptions (a
+(the emitters give every output element one writer, or combine into it with
+``memref.atomic_rmw``: :mod:`.atomics`), and warp-synchronous assumptions (a
 shuffle always sees its whole warp).
 Floating point follows numpy in the element type (``exp`` is exact-ish here and
 approximate on the GPU): compare with tolerances.
@@ -41,7 +42,7 @@ import numpy as np
 from mlir import ir
 
 from ...errors import OpfuseError
-from . import mma as emulate_mma, wgmma as emulate_wgmma
+from . import atomics as emulate_atomics, mma as emulate_mma, wgmma as emulate_wgmma
 # The launch state and the scalar instructions live in their own modules; every name is
 # re-exported here (tests use emulate._round_bf16, emulate._elements, ...).
 from .instructions import (  # noqa: F401
@@ -76,7 +77,7 @@ from .instructions import (  # noqa: F401
 from .state import WARP, _check_alignment, _check_convergent, _Launch, _RaceCheck  # noqa: F401
 
 #: Ops the tensor-core modules emulate (wgmma's extractvalue also checks readiness).
-_HANDLERS = {**emulate_mma.HANDLERS, **emulate_wgmma.HANDLERS}
+_HANDLERS = {**emulate_mma.HANDLERS, **emulate_wgmma.HANDLERS, **emulate_atomics.HANDLERS}
 
 
 class Emulator:
@@ -458,8 +459,10 @@ def run_program(
     emu = Emulator(module, racecheck=racecheck)
 
     def call(func: str, args: list[np.ndarray], results: list[np.ndarray]) -> None:
+        spec = program.kernels[func]
+        for i in spec.zeroed:  # what the cuda runtime memsets before the launch
+            results[i].reshape(-1).view(np.uint8)[:] = 0
         if outlined:
-            spec = program.kernels[func]
             emu.run_entry(spec.entry, spec.grid, spec.block, bind_params(spec, args, results))
         else:
             emu.run(func, [*args, *results])

@@ -289,6 +289,20 @@ class Evaluator(PayloadEvaluation):
                 x = vector.extract(vec, [], [lane])
                 memref.store(x, leaf.mem, [addr])
 
+    def atomic_add(self, leaf: Leaf, idx: Index, val: Val) -> None:
+        """``leaf[idx] += val`` as one ``memref.atomic_rmw addf`` per lane (PTX ``red.add``):
+        for results that several blocks sum into (their buffer zeroed before the launch)."""
+        kb = self.kb
+        flat = linearize(idx, leaf.shape)
+        kind = ir.Attribute.parse("0 : i64", self.ctx)  # arith::AtomicRMWKind::addf
+        lanes = 1 if self.lanes == 1 else self.lanes
+        vec = self.as_vector(val) if lanes > 1 else val.ssa
+        for lane in range(lanes):
+            addr = kb.apply(flat if lanes == 1 else flat.compose(self._lane_map(lane)))
+            with kb.emitting():
+                x = vec if lanes == 1 else vector.extract(vec, [], [lane])
+                memref.AtomicRMWOp(kind, x, leaf.mem, [addr])
+
     def as_vector(self, val: Val) -> ir.Value:
         if not val.uniform or self.lanes == 1:
             return val.ssa

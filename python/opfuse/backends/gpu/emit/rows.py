@@ -31,6 +31,7 @@ from mlir.dialects import arith, gpu, memref
 from ..build.evaluate import Evaluator, Val, generic_domain, iterators_of, maps_of, n_inputs
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, Shared, delinearize, numel, vector_width
+from .rows_column_sums import accumulate, column_sum, is_column_sum
 
 #: Vectors per thread a row team aims for (registers hold them all).
 CHUNKS_PER_THREAD = 4
@@ -132,10 +133,14 @@ def _next_pow2(n: int) -> int:
 
 
 def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
-    reds_ops = [
+    all_reds = [
         op for op in group.ops() if op.name == "linalg.generic" and "reduction" in iterators_of(op)
     ]
-    require(bool(reds_ops), "no reduction")
+    # column sums (opfuse-fuse-column-sums) ride along: rows_column_sums.py
+    sum_ops = [op for op in all_reds if is_column_sum(op)]
+    reds_ops = [op for op in all_reds if not is_column_sum(op)]
+    require(bool(reds_ops), "a column reduction without a row reduction (the columns emitter's)"
+            if sum_ops else "no reduction")
     shapes = set()
     for op in reds_ops:
         its = iterators_of(op)
@@ -150,9 +155,11 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     rows_shape, cols_shape = shapes.pop()
     reds = [_reduction(op, len(rows_shape)) for op in reds_ops]
     full = rows_shape + cols_shape
-    for o in group.outputs:
-        require(o.shape in (full, rows_shape), f"an output of shape {o.shape} in a row kernel")
     n_rows, n_cols = numel(rows_shape), numel(cols_shape)
+    sums = {op.results[0]: column_sum(op, n_rows, cols_shape) for op in sum_ops}
+    for o in group.outputs:
+        require(o.value in sums or o.shape in (full, rows_shape),
+                f"an output of shape {o.shape} in a row kernel")
     require(n_rows > 0 and n_cols > 0, "empty rows")
     elem = (
         ir.ShapedType(reds[0].op.operands[0].type).element_type
@@ -195,6 +202,9 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
 
     is_first = None
     for o in group.outputs:
+        if o.value in sums:
+            accumulate(kb, ev, group, sums[o.value], o, r, row_chunks, row_ok)
+            continue
         leaf = group.output_leaf(o, group.result_param(kb.params, o.index))
         if o.shape == full:
 
@@ -216,6 +226,9 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
             with kb.if_(kb.and_(is_first, row_ok)):
                 ev.store(leaf, row_idx, val)
     kb.vector_lanes = lanes
+    if sums:
+        kb.meta["zeroed"] = sorted(o.index for o in group.outputs if o.value in sums)
+        kb.meta["atomics"] = n_rows * n_cols * len(sums)
     return kb
 
 

@@ -1,0 +1,103 @@
+"""opfuse-fuse-column-sums: a column sum joins the row kernel that computes what it sums.
+
+A backward pass sums over the batch what its row kernels compute: LayerNorm's backward
+is a row kernel over ``rows x cols`` (``dX`` needs two sums along each row), and beside it
+stand the weight and bias gradients ``dgamma = (dY * xhat).sum(0)``, ``dbeta = dY.sum(0)``
+and the next linear's ``db = dX.sum(0)``: column sums over the same ``rows x cols`` of
+values the row kernel holds in registers. opfuse-fuse-reduction refuses them (reductions
+over other rows) and opfuse-fuse-columns leaves them alone (what they read is also read
+elsewhere), so each was a kernel of its own that read back what the row kernel had just
+written. Here such a column group joins the row group, each merge asking the cost guard;
+the row emitter adds every element into the sum with an f32 atomic (see
+``backends/gpu/emit/rows_column_sums.py``), and the CPU backend runs the sum as a loop
+nest of the same function.
+
+A candidate column group holds one column sum (``opfuse.analysis.column_sums``: an f32
+``addf`` from a zero fill) and at most the views opfuse-fuse-producer-consumer cloned into
+it; it reduces leading loops whose sizes multiply to the row group's row count and keeps
+the row group's columns; every value it reads that a group computes comes from that one
+row group. Runs after opfuse-fuse-columns (which gives column groups their consumers and
+producers first) and before opfuse-fuse-epilogue.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mlir import ir
+
+from opfuse.analysis.column_sums import leading_reductions, why_not_atomic_sum
+from opfuse.analysis.groups import Group, Planner
+from opfuse.analysis.opinfo import OpKind
+
+from .common import FusionOptions, plan_each_function, shape_str
+
+NAME = "opfuse-fuse-column-sums"
+
+#: Op classes a candidate may hold beside its sum: the views cloned into it.
+_MOVERS = (OpKind.INJECTIVE, OpKind.BROADCAST)
+
+
+@dataclass(frozen=True)
+class Options(FusionOptions):
+    """Only the guard's thresholds."""
+
+
+def run(module: ir.Module, options: Options = Options()) -> None:
+    plan_each_function(module, NAME, options, _plan)
+
+
+def _plan(planner: Planner) -> None:
+    for g in list(planner.groups()):
+        if planner.find(g.gid) != g.gid:
+            continue
+        found = _column_sum(planner, g)
+        if found is None:
+            continue
+        node, reduced = found
+        rows = _row_group(planner, g, node, reduced)
+        if rows is None:
+            continue
+        if planner.try_merge(rows, g, why="column sum in the row kernel"):
+            planner.group(rows.gid).forced_kind = None  # the row kernel's kind, "input"
+
+
+def _column_sum(planner: Planner, g: Group):
+    """``(node, reduced loops)`` of ``g``'s column sum when ``g`` is a candidate (one sum,
+    any other members views); None otherwise (silently: most groups are not column sums)."""
+    nodes = [planner.graph.nodes[m] for m in g.members]
+    sums = [n for n in nodes if n.kind == OpKind.REDUCTION]
+    if len(sums) != 1 or any(n.kind not in _MOVERS for n in nodes if n is not sums[0]):
+        return None
+    node = sums[0]
+    reduced = leading_reductions(node.info.iterators)
+    if not reduced or set(g.outputs) != set(node.results):
+        return None
+    return node, reduced
+
+
+def _row_group(planner: Planner, g: Group, node, reduced: int) -> Group | None:
+    """The row group ``g`` may join (recording why not where there is a producer to tell)."""
+    producers = planner.producer_groups(g)
+    if not producers:
+        return None
+    rows = producers[0]
+    if len(producers) > 1:
+        planner.refuse(rows, g, "the column sum reads values of several kernels")
+        return None
+    if rows.kind != "input" or rows.row_domain is None:
+        return None  # another kind's results: not this pass's question
+    why = why_not_atomic_sum(node.op)
+    if why is not None:
+        planner.refuse(rows, g, why)
+        return None
+    n_rows = math.prod(rows.row_domain)
+    cols = tuple(rows.domain[len(rows.row_domain):])
+    dom = tuple(node.info.domain)
+    if math.prod(dom[:reduced]) != n_rows or dom[reduced:] != cols:
+        planner.refuse(rows, g, f"the sum reduces {shape_str(dom[:reduced])} of "
+                                f"{shape_str(dom)}, not the row kernel's "
+                                f"{shape_str(rows.row_domain)} rows of {shape_str(cols)}")
+        return None
+    return rows

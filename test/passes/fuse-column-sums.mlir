@@ -1,0 +1,105 @@
+// RUN: fuse-opt %s --split-input-file --opfuse-report=text | filecheck %s
+// RUN: fuse-opt %s --split-input-file --disable-pass=opfuse-fuse-column-sums --opfuse-report=text | filecheck %s --check-prefix=OFF
+// RUN: fuse-opt %s --split-input-file --emit=kernels | filecheck %s --check-prefix=GPU
+
+// opfuse-fuse-column-sums: a column sum over what a row kernel computes joins that row
+// kernel, which adds each element into the sum atomically (rows_column_sums.py).
+
+// The input gradient of x - mean(x) over 24 rows of 40 (a row kernel), with the sums over
+// the rows of dy (a bias gradient) and of dy * x (a norm weight's): 3 kernels without the
+// pass, 1 with it.
+// CHECK-LABEL: kernels: 5 -> 1
+// CHECK: kernel fusion_0_input: kind=input members=5
+// CHECK: fused #{{[0-9]+}} [fuse-column-sums] {{.*}} -> dbias: saving
+// CHECK: fused #{{[0-9]+}} [fuse-column-sums] {{.*}} -> dweight: saving
+// OFF-LABEL: kernels: 5 -> 3
+// OFF: kernel fusion_0_input: kind=input members=3
+// OFF: kernel {{.*}}_columns: kind=columns members=1
+// OFF: kernel {{.*}}_columns: kind=columns members=1
+// The row kernel adds into the sums with atomics (PTX red/atom.add.f32), masked like its stores.
+// GPU-LABEL: func.func @fusion_0_input
+// GPU: gpu.launch
+// GPU: gpu.shuffle xor
+// GPU: vector.store
+// GPU: memref.atomic_rmw addf
+// GPU: memref.atomic_rmw addf
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+#col = affine_map<(d0, d1) -> (d1)>
+func.func @centred_backward(%dy: tensor<24x40xf32>, %x: tensor<24x40xf32>) -> (tensor<24x40xf32>, tensor<40xf32>, tensor<40xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %n = arith.constant 40.0 : f32
+  %er = tensor.empty() : tensor<24xf32>
+  %ir = linalg.fill ins(%zero : f32) outs(%er : tensor<24xf32>) -> tensor<24xf32>
+  %s = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]} ins(%dy : tensor<24x40xf32>) outs(%ir : tensor<24xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<24xf32> loc("rowsum")
+  %e = tensor.empty() : tensor<24x40xf32>
+  %dx = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]} ins(%dy, %s : tensor<24x40xf32>, tensor<24xf32>) outs(%e : tensor<24x40xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.divf %b, %n : f32
+    %r = arith.subf %a, %m : f32
+    linalg.yield %r : f32
+  } -> tensor<24x40xf32> loc("dx")
+  %prod = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]} ins(%dx, %x : tensor<24x40xf32>, tensor<24x40xf32>) outs(%e : tensor<24x40xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.mulf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<24x40xf32> loc("dx_x")
+  %ec = tensor.empty() : tensor<40xf32>
+  %ic = linalg.fill ins(%zero : f32) outs(%ec : tensor<40xf32>) -> tensor<40xf32>
+  %db = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]} ins(%dx : tensor<24x40xf32>) outs(%ic : tensor<40xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<40xf32> loc("dbias")
+  %dw = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]} ins(%prod : tensor<24x40xf32>) outs(%ic : tensor<40xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<40xf32> loc("dweight")
+  return %dx, %db, %dw : tensor<24x40xf32>, tensor<40xf32>, tensor<40xf32>
+}
+
+// -----
+
+// Not taken: a column max (atomics here add f32 only), and a column sum whose accumulator
+// starts at an argument (every block would add it).
+// CHECK-LABEL: kernels: 4 -> 3
+// CHECK: not fused [fuse-column-sums] {{.*}} -> colmax: a column reduction that is not a sum
+// CHECK: not fused [fuse-column-sums] {{.*}} -> colacc: a sum whose accumulator does not start at zero
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+#col = affine_map<(d0, d1) -> (d1)>
+func.func @refused(%dy: tensor<24x40xf32>, %acc0: tensor<40xf32>) -> (tensor<24x40xf32>, tensor<40xf32>, tensor<40xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %ninf = arith.constant 0xFF800000 : f32
+  %er = tensor.empty() : tensor<24xf32>
+  %ir = linalg.fill ins(%zero : f32) outs(%er : tensor<24xf32>) -> tensor<24xf32>
+  %s = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]} ins(%dy : tensor<24x40xf32>) outs(%ir : tensor<24xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<24xf32> loc("rowsum")
+  %e = tensor.empty() : tensor<24x40xf32>
+  %dx = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]} ins(%dy, %s : tensor<24x40xf32>, tensor<24xf32>) outs(%e : tensor<24x40xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.subf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<24x40xf32> loc("dx")
+  %ec = tensor.empty() : tensor<40xf32>
+  %im = linalg.fill ins(%ninf : f32) outs(%ec : tensor<40xf32>) -> tensor<40xf32>
+  %mx = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]} ins(%dx : tensor<24x40xf32>) outs(%im : tensor<40xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.maximumf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<40xf32> loc("colmax")
+  %ca = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]} ins(%dx : tensor<24x40xf32>) outs(%acc0 : tensor<40xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<40xf32> loc("colacc")
+  return %dx, %mx, %ca : tensor<24x40xf32>, tensor<40xf32>, tensor<40xf32>
+}

@@ -1,0 +1,132 @@
+"""Column sums inside a row kernel (opfuse-fuse-column-sums, rows_column_sums.py): the
+row kernel of ``dx = dy - mean_row(dy)`` adds ``dx.sum(0)`` and ``(dx * x).sum(0)`` into
+zeroed results with atomics. Checked against numpy on the CPU backend and in the emulated
+GPU kernel (race check on) at shapes with tails: rows that do not fill the last block,
+columns that are not a whole number of vectors or of a team's chunks, one row per block."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import opfuse
+from opfuse.backends.gpu.compiler import compile_module
+from opfuse.testing.emulator import emulate
+
+PROGRAM = """
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+#col = affine_map<(d0, d1) -> (d1)>
+func.func @centred_backward(%dy: tensor<RxCxf32>, %x: tensor<RxCxf32>)
+    -> (tensor<RxCxf32>, tensor<Cxf32>, tensor<Cxf32>) {
+  %zero = arith.constant 0.0 : f32
+  %n = arith.constant C.0 : f32
+  %er = tensor.empty() : tensor<Rxf32>
+  %ir = linalg.fill ins(%zero : f32) outs(%er : tensor<Rxf32>) -> tensor<Rxf32>
+  %s = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%dy : tensor<RxCxf32>) outs(%ir : tensor<Rxf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<Rxf32>
+  %e = tensor.empty() : tensor<RxCxf32>
+  %dx = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%dy, %s : tensor<RxCxf32>, tensor<Rxf32>) outs(%e : tensor<RxCxf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.divf %b, %n : f32
+    %r = arith.subf %a, %m : f32
+    linalg.yield %r : f32
+  } -> tensor<RxCxf32>
+  %prod = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%dx, %x : tensor<RxCxf32>, tensor<RxCxf32>) outs(%e : tensor<RxCxf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.mulf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<RxCxf32>
+  %ec = tensor.empty() : tensor<Cxf32>
+  %ic = linalg.fill ins(%zero : f32) outs(%ec : tensor<Cxf32>) -> tensor<Cxf32>
+  %db = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%dx : tensor<RxCxf32>) outs(%ic : tensor<Cxf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<Cxf32>
+  %dw = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%prod : tensor<RxCxf32>) outs(%ic : tensor<Cxf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<Cxf32>
+  return %dx, %db, %dw : tensor<RxCxf32>, tensor<Cxf32>, tensor<Cxf32>
+}
+"""
+
+
+def _program(rows: int, cols: int) -> str:
+    return PROGRAM.replace("RxC", f"{rows}x{cols}").replace("<Rx", f"<{rows}x") \
+        .replace("<Cx", f"<{cols}x").replace("C.0", f"{cols}.0")
+
+
+def _reference(dy: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
+    d, xd = dy.astype(np.float64), x.astype(np.float64)
+    dx = d - d.mean(axis=1, keepdims=True)
+    return [dx, dx.sum(axis=0), (dx * xd).sum(axis=0)]
+
+
+def _close(got, want, rows: int) -> None:
+    for g, w in zip(got, want):
+        # the column sums add `rows` terms in another order than numpy's
+        np.testing.assert_allclose(g.astype(np.float64), w, rtol=1e-5, atol=1e-6 * rows)
+
+
+# 24x40: two blocks of 16 rows (the last part empty), 10 vectors per row in a team of 16;
+# 7x37: odd columns (scalar lanes); 5x1000: a block per row (team of 64), chunk tails
+SHAPES = [(24, 40), (7, 37), (5, 1000)]
+
+
+@pytest.mark.parametrize("rows, cols", SHAPES)
+def test_emulated_row_kernel_adds_its_column_sums(rows, cols):
+    rng = np.random.default_rng(rows * cols)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    exe = opfuse.compile(_program(rows, cols), backend="cpu")
+    program = compile_module(exe._source, lower=False)
+    (k,) = program.kernels.values()  # one kernel: the row kernel holds both sums
+    assert k.emitter == "rows" and k.zeroed == (1, 2), program.notes
+    _close(emulate.run_program(program, [dy, x]), _reference(dy, x), rows)
+    _close(exe(dy, x), _reference(dy, x), rows)  # the CPU backend, same program
+
+
+def test_the_runtime_zeroes_what_the_kernel_adds_into(monkeypatch):
+    """Buffers start as garbage (all bits set: NaN in f32, what uninitialized device
+    memory may hold): the sums are right because the runtime zeroes them before the
+    launch (KernelSpec.zeroed), and NaN where that step is taken away."""
+    from opfuse.runtime import schedule
+
+    real_empty = np.empty
+
+    def garbage(shape, dtype=float, **kw):
+        a = real_empty(shape, dtype, **kw)
+        a.reshape(-1).view(np.uint8)[:] = 0xFF
+        return a
+
+    monkeypatch.setattr(schedule.np, "empty", garbage)
+    rows, cols = 24, 40
+    rng = np.random.default_rng(1)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    program = compile_module(opfuse.compile(_program(rows, cols), backend="cpu")._source,
+                             lower=False)
+    _close(emulate.run_program(program, [dy, x]), _reference(dy, x), rows)
+    monkeypatch.setattr(schedule.KernelSpec, "zeroed", property(lambda self: ()))
+    dx, db, dw = emulate.run_program(program, [dy, x])
+    assert np.isfinite(dx).all() and np.isnan(db).all() and np.isnan(dw).all()
+
+
+def test_the_ptx_adds_with_f32_atomics():
+    """The lowering turns memref.atomic_rmw addf into PTX's atom/red .global.add.f32."""
+    program = compile_module(opfuse.compile(_program(24, 40), backend="cpu")._source,
+                             targets=("sm_80", "sm_90"))
+    (k,) = program.kernels.values()
+    for chip, ptx in k.ptx.items():
+        assert "global.add.f32" in ptx, chip
