@@ -1,4 +1,5 @@
-"""opfuse-fuse-column-sums: a column sum joins the row kernel that computes what it sums.
+"""opfuse-fuse-column-sums: a column sum joins the row kernel, matmul or loop kernel that
+computes what it sums.
 
 A backward pass sums over the batch what its row kernels compute: LayerNorm's backward
 is a row kernel over ``rows x cols`` (``dX`` needs two sums along each row), and beside it
@@ -9,15 +10,21 @@ over other rows) and opfuse-fuse-columns leaves them alone (what they read is al
 elsewhere), so each was a kernel of its own that read back what the row kernel had just
 written. Here such a column group joins the row group, each merge asking the cost guard;
 the row emitter adds every element into the sum with an f32 atomic (see
-``backends/gpu/emit/rows_column_sums.py``), and the CPU backend runs the sum as a loop
+``backends/gpu/emit/column_sums.py``), and the CPU backend runs the sum as a loop
 nest of the same function.
 
 A candidate column group holds one column sum (``opfuse.analysis.column_sums``: an f32
 ``addf`` from a zero fill) and at most the views opfuse-fuse-producer-consumer cloned into
 it; it reduces leading loops whose sizes multiply to the row group's row count and keeps
 the row group's columns; every value it reads that a group computes comes from that one
-row group. Runs after opfuse-fuse-columns (which gives column groups their consumers and
-producers first) and before opfuse-fuse-epilogue.
+row group. A matmul (an output group without batch dims, its result M x N) is such a
+producer too: the sum reduces its M rows and keeps its N columns (a linear layer's bias
+gradient summing the dY another matmul computed), and the matmul emitters add into it
+from their epilogue. Runs after opfuse-fuse-columns (which gives column groups their
+consumers and producers first) and after opfuse-fuse-epilogue (so a sum of a matmul's
+epilogue finds the matmul), before opfuse-fuse-horizontal, which leaves such a matmul
+alone. A loop group over the sum's points (GELU's backward, summed into the bias gradient
+of the linear before it) is one too: each thread adds the elements it computes.
 """
 
 from __future__ import annotations
@@ -41,11 +48,20 @@ _MOVERS = (OpKind.INJECTIVE, OpKind.BROADCAST)
 
 @dataclass(frozen=True)
 class Options(FusionOptions):
-    """Only the guard's thresholds."""
+    """Guard thresholds, plus:
+
+    Attributes:
+        atomics: form the groups whose GPU kernels add into sums atomically (0: keep each
+            column sum a kernel of its own, whose sum order is fixed: run-to-run identical
+            results on the GPU, as ``torch.use_deterministic_algorithms`` asks).
+    """
+
+    atomics: bool = True
 
 
 def run(module: ir.Module, options: Options = Options()) -> None:
-    plan_each_function(module, NAME, options, _plan)
+    if options.atomics:
+        plan_each_function(module, NAME, options, _plan)
 
 
 def _plan(planner: Planner) -> None:
@@ -59,8 +75,9 @@ def _plan(planner: Planner) -> None:
         rows = _row_group(planner, g, node, reduced)
         if rows is None:
             continue
-        if planner.try_merge(rows, g, why="column sum in the row kernel"):
-            planner.group(rows.gid).forced_kind = None  # the row kernel's kind, "input"
+        kind = rows.forced_kind
+        if planner.try_merge(rows, g, why=f"column sum in the {rows.kind} kernel"):
+            planner.group(rows.gid).forced_kind = kind  # the kernel's kind, not "columns"
 
 
 def _column_sum(planner: Planner, g: Group):
@@ -86,18 +103,57 @@ def _row_group(planner: Planner, g: Group, node, reduced: int) -> Group | None:
     if len(producers) > 1:
         planner.refuse(rows, g, "the column sum reads values of several kernels")
         return None
-    if rows.kind != "input" or rows.row_domain is None:
+    if rows.kind == "input" and rows.row_domain is not None:
+        n_rows = math.prod(rows.row_domain)
+        cols = tuple(rows.domain[len(rows.row_domain):])
+        what = f"{shape_str(rows.row_domain)} rows"
+    elif rows.kind == "output":
+        mn = _matmul_rows(planner, rows)
+        if mn is None:
+            planner.refuse(rows, g, "a matmul with batch dims, several contractions, or "
+                                    "a result other than its M x N")
+            return None
+        n_rows, cols = mn[0], (mn[1],)
+        what = f"{n_rows} rows (M)"
+    elif rows.is_loop and rows.domain:
+        # every point of the loop's domain is one of the sum's, in row-major order (the
+        # emitter maps its flat position onto the sum's loops)
+        n_rows = math.prod(rows.domain) // math.prod(node.info.domain[reduced:])
+        cols = tuple(node.info.domain[reduced:])
+        if math.prod(rows.domain) != math.prod(node.info.domain):
+            planner.refuse(rows, g, f"the sum runs over {shape_str(tuple(node.info.domain))}, "
+                                    f"the loop over {shape_str(rows.domain)}")
+            return None
+        what = f"{shape_str(rows.domain)} points"
+    else:
         return None  # another kind's results: not this pass's question
     why = why_not_atomic_sum(node.op)
     if why is not None:
         planner.refuse(rows, g, why)
         return None
-    n_rows = math.prod(rows.row_domain)
-    cols = tuple(rows.domain[len(rows.row_domain):])
     dom = tuple(node.info.domain)
     if math.prod(dom[:reduced]) != n_rows or dom[reduced:] != cols:
         planner.refuse(rows, g, f"the sum reduces {shape_str(dom[:reduced])} of "
-                                f"{shape_str(dom)}, not the row kernel's "
-                                f"{shape_str(rows.row_domain)} rows of {shape_str(cols)}")
+                                f"{shape_str(dom)}, not the kernel's {what} of {shape_str(cols)}")
         return None
     return rows
+
+
+def _matmul_rows(planner: Planner, g: Group) -> tuple[int, int] | None:
+    """``(M, N)`` of an output group's one contraction when it has no batch dims and its
+    result is ``M x N`` in that order (what the matmul emitters' column sums take)."""
+    nodes = [planner.graph.nodes[m] for m in g.members if
+             planner.graph.nodes[m].kind == OpKind.CONTRACTION]
+    if len(nodes) != 1:
+        return None
+    info = nodes[0].info
+    out = info.output_maps[0] if info.output_maps else None
+    if out is None or list(info.iterators).count("parallel") != 2 or len(out.results) != 2:
+        return None
+    dims = [e.maybe_downcast() for e in out.results]
+    if not all(isinstance(d, ir.AffineDimExpr) for d in dims):
+        return None
+    m, n = (d.position for d in dims)
+    if info.iterators[m] != "parallel" or info.iterators[n] != "parallel":
+        return None
+    return info.domain[m], info.domain[n]

@@ -112,8 +112,11 @@ def _lhs_key(op: ir.Operation, twin) -> tuple | None:
 
 
 def _single_matmul(planner: Planner, g: Group) -> bool:
-    return g.kind == "output" and sum(
-        planner.graph.nodes[m].kind == OpKind.CONTRACTION for m in g.members) == 1
+    """One matmul with its epilogue, and no column sum of its result (opfuse-fuse-column-sums:
+    the horizontal kernels do not add into sums)."""
+    kinds = [planner.graph.nodes[m].kind for m in g.members]
+    return (g.kind == "output" and kinds.count(OpKind.CONTRACTION) == 1
+            and OpKind.REDUCTION not in kinds)
 
 
 def _independent(planner: Planner, a: int, b: int) -> str | None:

@@ -53,8 +53,10 @@ class Kind:
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("loop", "elementwise / injective", "#dbeafe", "#1d4ed8",
          emitters=("loop", "fallback")),
+    # "loop" takes the input groups that are elementwise ops and the column sums they
+    # feed (opfuse-fuse-column-sums), added atomically; it refuses any other reduction
     Kind("input", "reduction root", "#dcfce7", "#15803d", root="reduction",
-         derived_from="reduction", registers="row", emitters=("rows", "fallback")),
+         derived_from="reduction", registers="row", emitters=("rows", "loop", "fallback")),
     Kind("output", "matmul root + epilogue", "#ffedd5", "#c2410c", root="contraction",
          derived_from="contraction", registers="matmul",
          emitters=("wgmma", "mma", "matmul", "fallback")),

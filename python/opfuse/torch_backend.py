@@ -312,6 +312,11 @@ def _checked_options(options: dict | None) -> dict[str, Any]:
         raise OpfuseError(
             f"torch.compile(backend={BACKEND_NAME!r}): unknown option(s) "
             f"{', '.join(map(repr, unknown))}; valid options: {', '.join(sorted(valid))}")
+    import torch
+
+    if torch.are_deterministic_algorithms_enabled() and "atomics" not in opts:
+        # GPU sums added atomically differ from run to run in their last bits
+        opts["atomics"] = False
     return opts
 
 

@@ -3,7 +3,7 @@
 // RUN: fuse-opt %s --split-input-file --emit=kernels | filecheck %s --check-prefix=GPU
 
 // opfuse-fuse-column-sums: a column sum over what a row kernel computes joins that row
-// kernel, which adds each element into the sum atomically (rows_column_sums.py).
+// kernel, which adds each element into the sum atomically (column_sums.py).
 
 // The input gradient of x - mean(x) over 24 rows of 40 (a row kernel), with the sums over
 // the rows of dy (a bias gradient) and of dy * x (a norm weight's): 3 kernels without the
@@ -102,4 +102,34 @@ func.func @refused(%dy: tensor<24x40xf32>, %acc0: tensor<40xf32>) -> (tensor<24x
     linalg.yield %r : f32
   } -> tensor<40xf32> loc("colacc")
   return %dx, %mx, %ca : tensor<24x40xf32>, tensor<40xf32>, tensor<40xf32>
+}
+
+// -----
+
+// A matmul's result summed over its rows: dy = g @ w (the gradient reaching a linear
+// layer) and that layer's bias gradient dy.sum(0), through a view that splits the rows
+// (2x12 of 24, as a [B, S, N] activation is): one kernel, the matmul adding each element
+// of its tiles into the sum.
+// CHECK-LABEL: kernels: 3 -> 1
+// CHECK: kernel fusion_0_output: kind=output members=3
+// CHECK: fused #{{[0-9]+}} [fuse-column-sums] dy -> view: saving
+// GPU-LABEL: func.func @fusion_0_output
+// GPU: gpu.launch
+// GPU: memref.atomic_rmw addf
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#col3 = affine_map<(d0, d1, d2) -> (d2)>
+func.func @linear_bias_gradient(%g: tensor<24x32xf32>, %w: tensor<32x40xf32>) -> (tensor<24x40xf32>, tensor<40xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<24x40xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<24x40xf32>) -> tensor<24x40xf32>
+  %dy = linalg.matmul ins(%g, %w : tensor<24x32xf32>, tensor<32x40xf32>) outs(%z : tensor<24x40xf32>) -> tensor<24x40xf32> loc("dy")
+  %v = tensor.expand_shape %dy [[0, 1], [2]] output_shape [2, 12, 40] : tensor<24x40xf32> into tensor<2x12x40xf32> loc("view")
+  %ec = tensor.empty() : tensor<40xf32>
+  %ic = linalg.fill ins(%zero : f32) outs(%ec : tensor<40xf32>) -> tensor<40xf32>
+  %db = linalg.generic {indexing_maps = [#id3, #col3], iterator_types = ["reduction", "reduction", "parallel"]} ins(%v : tensor<2x12x40xf32>) outs(%ic : tensor<40xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<40xf32> loc("dbias")
+  return %dy, %db : tensor<24x40xf32>, tensor<40xf32>
 }

@@ -452,8 +452,9 @@ def test_fuse_opt_default_pipeline_with_disable(tmp_path, capsys):
     assert _fuse_opt(tmp_path, "--disable-pass=opfuse-fuse-reduction", "--disable-pass", "opfuse-outline") == 0
     assert [name for name, _ in RAN] == ["opfuse-fold-unit-dims", "opfuse-fuse-elementwise",
                                          "opfuse-fuse-producer-consumer", "opfuse-fuse-columns",
-                                         "opfuse-fuse-column-sums", "opfuse-fuse-scan",
-                                         "opfuse-fuse-epilogue", "opfuse-fuse-horizontal",
+                                         "opfuse-fuse-scan",
+                                         "opfuse-fuse-epilogue", "opfuse-fuse-column-sums",
+                                         "opfuse-fuse-horizontal",
                                          "opfuse-fuse-recompute", "opfuse-fuse-attention"]
     assert _fuse_opt(tmp_path, "--disable-pass=opfuse-outline", "--opfuse-outline") == 1
     assert "--disable-pass applies to the default pipeline only" in capsys.readouterr().err

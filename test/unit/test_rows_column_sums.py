@@ -1,4 +1,4 @@
-"""Column sums inside a row kernel (opfuse-fuse-column-sums, rows_column_sums.py): the
+"""Column sums inside a row kernel (opfuse-fuse-column-sums, column_sums.py): the
 row kernel of ``dx = dy - mean_row(dy)`` adds ``dx.sum(0)`` and ``(dx * x).sum(0)`` into
 zeroed results with atomics. Checked against numpy on the CPU backend and in the emulated
 GPU kernel (race check on) at shapes with tails: rows that do not fill the last block,
@@ -130,3 +130,112 @@ def test_the_ptx_adds_with_f32_atomics():
     (k,) = program.kernels.values()
     for chip, ptx in k.ptx.items():
         assert "global.add.f32" in ptx, chip
+
+
+MATMUL = """
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#col3 = affine_map<(d0, d1, d2) -> (d2)>
+func.func @linear_bias_gradient(%g: tensor<MxKxf32>, %w: tensor<KxNxf32>)
+    -> (tensor<MxNxf32>, tensor<Nxf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<MxNxf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<MxNxf32>) -> tensor<MxNxf32>
+  %dy = linalg.matmul ins(%g, %w : tensor<MxKxf32>, tensor<KxNxf32>)
+      outs(%z : tensor<MxNxf32>) -> tensor<MxNxf32>
+  %v = tensor.expand_shape %dy [[0, 1], [2]] output_shape [2, H, N]
+      : tensor<MxNxf32> into tensor<2xHxNxf32>
+  %ec = tensor.empty() : tensor<Nxf32>
+  %ic = linalg.fill ins(%zero : f32) outs(%ec : tensor<Nxf32>) -> tensor<Nxf32>
+  %db = linalg.generic {indexing_maps = [#id3, #col3],
+                        iterator_types = ["reduction", "reduction", "parallel"]}
+      ins(%v : tensor<2xHxNxf32>) outs(%ic : tensor<Nxf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<Nxf32>
+  return %dy, %db : tensor<MxNxf32>, tensor<Nxf32>
+}
+"""
+
+
+def _matmul(m: int, k: int, n: int) -> str:
+    return (MATMUL.replace("MxK", f"{m}x{k}").replace("KxN", f"{k}x{n}")
+            .replace("MxN", f"{m}x{n}").replace("2xHxN", f"2x{m // 2}x{n}")
+            .replace("2, H, N", f"2, {m // 2}, {n}").replace("<Nx", f"<{n}x"))
+
+
+# 24x32x40: tiles with tails in M and N; 70x64x130: several tiles along both
+@pytest.mark.parametrize("m, k, n", [(24, 32, 40), (70, 64, 130)])
+@pytest.mark.parametrize("variant, emitter, rtol", [("simt", "matmul", 1e-5), ("mma", "mma", 2e-3)])
+def test_emulated_matmul_adds_its_bias_gradient(m, k, n, variant, emitter, rtol):
+    """The SIMT and the tensor-core (TF32 here: f32 operands) epilogues add each element
+    of C into the column sum over C's rows (two batch rows of m/2, as [B, S, N] is)."""
+    rng = np.random.default_rng(m + n)
+    g = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    exe = opfuse.compile(_matmul(m, k, n), backend="cpu")
+    program = compile_module(exe._source, lower=False, matmul=variant,
+                             allow_tf32=variant == "mma")
+    (kernel,) = program.kernels.values()
+    assert kernel.emitter == emitter and kernel.zeroed == (1,), program.notes
+    dy = g.astype(np.float64) @ w
+    want = [dy, dy.sum(axis=0)]
+    got = emulate.run_program(program, [g, w])
+    for x, y in zip(got, want):
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * np.abs(y).max())
+    for x, y in zip(exe(g, w), want):  # the CPU backend, same program
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5 * np.abs(y).max())
+
+
+LOOP = """
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#col3 = affine_map<(d0, d1, d2) -> (d2)>
+func.func @tanh_backward(%dy: tensor<RxCxf32>, %y: tensor<RxCxf32>)
+    -> (tensor<RxCxf32>, tensor<Cxf32>) {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %e = tensor.empty() : tensor<RxCxf32>
+  %dx = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%dy, %y : tensor<RxCxf32>, tensor<RxCxf32>) outs(%e : tensor<RxCxf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %sq = arith.mulf %b, %b : f32
+    %d = arith.subf %one, %sq : f32
+    %r = arith.mulf %a, %d : f32
+    linalg.yield %r : f32
+  } -> tensor<RxCxf32>
+  %v = tensor.expand_shape %dx [[0, 1], [2]] output_shape [2, H, C]
+      : tensor<RxCxf32> into tensor<2xHxCxf32>
+  %ec = tensor.empty() : tensor<Cxf32>
+  %ic = linalg.fill ins(%zero : f32) outs(%ec : tensor<Cxf32>) -> tensor<Cxf32>
+  %db = linalg.generic {indexing_maps = [#id3, #col3],
+                        iterator_types = ["reduction", "reduction", "parallel"]}
+      ins(%v : tensor<2xHxCxf32>) outs(%ic : tensor<Cxf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<Cxf32>
+  return %dx, %db : tensor<RxCxf32>, tensor<Cxf32>
+}
+"""
+
+
+@pytest.mark.parametrize("rows, cols", [(24, 40), (14, 37)])
+def test_emulated_loop_kernel_adds_the_sum_of_what_it_computes(rows, cols):
+    """tanh's backward and the bias gradient of the layer before it (summed over both
+    leading dims of a [2, S, C] view): one loop kernel, each thread adding the elements
+    it computes (a vector of them where the columns allow, one at a time at 37)."""
+    text = (LOOP.replace("RxC", f"{rows}x{cols}").replace("2xHxC", f"2x{rows // 2}x{cols}")
+            .replace("2, H, C", f"2, {rows // 2}, {cols}").replace("<Cx", f"<{cols}x"))
+    rng = np.random.default_rng(rows)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    y = np.tanh(rng.standard_normal((rows, cols))).astype(np.float32)
+    exe = opfuse.compile(text, backend="cpu")
+    program = compile_module(exe._source, lower=False)
+    (kernel,) = program.kernels.values()
+    assert kernel.emitter == "loop" and kernel.zeroed == (1,), program.notes
+    dx = dy.astype(np.float64) * (1 - y.astype(np.float64) ** 2)
+    want = [dx, dx.sum(axis=0)]
+    _close(emulate.run_program(program, [dy, y]), want, rows)
+    _close(exe(dy, y), want, rows)

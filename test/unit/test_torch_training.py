@@ -107,6 +107,28 @@ def test_mlp_backward_is_compiled_and_matches_eager():
                      + report["backward"]["totals"]["after"]["kernels"])
 
 
+def test_bias_and_norm_gradients_join_the_kernels_that_compute_what_they_sum():
+    """The MLP's backward: LayerNorm's weight and bias gradients and the first linear's
+    bias gradient are added up in LayerNorm's backward row kernel (opfuse-fuse-column-sums),
+    5 kernels; under torch.use_deterministic_algorithms (no atomics) each is its own, 8."""
+    from bench.train import BY_NAME
+
+    entry = BY_NAME["mlp"]
+    counts = {}
+    for deterministic in (False, True):
+        torch._dynamo.reset()
+        torch.use_deterministic_algorithms(deterministic)
+        try:
+            _, _, got, want, messages, graphs = _train_step(entry.build(), entry.loss,
+                                                            entry.inputs())
+        finally:
+            torch.use_deterministic_algorithms(False)
+        _assert_compiled(messages, graphs)
+        _assert_grads_match(got, want)
+        counts[deterministic] = graphs[0].report["backward"]["totals"]["after"]["kernels"]
+    assert counts == {False: 5, True: 8}
+
+
 def test_attention_gradients_match_eager():
     """Regression: core ATen's decomposition of the CPU flash-attention op returns the
     attention weights in its log-sum-exp slot; differentiated through it, q/k/v gradients

@@ -1,5 +1,5 @@
 """Which column reductions a row kernel can add up atomically (opfuse-fuse-column-sums and
-the rows emitter's ``rows_column_sums.py`` ask the same questions here).
+the GPU emitters' ``emit/column_sums.py`` ask the same questions here).
 
 A column sum reduces leading loops and keeps trailing ones (``dY.sum(0)``). A row kernel
 holding one row per team can still compute it by adding each element into the result

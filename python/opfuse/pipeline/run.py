@@ -62,11 +62,6 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     # its broadcast producers may be; before the epilogues, which would claim a consumer
     # that is also a matmul's.
     "opfuse-fuse-columns",
-    # A column sum that reads what a row kernel computes (a backward pass's bias and
-    # LayerNorm weight gradients) joins that row kernel, which adds into it atomically:
-    # after opfuse-fuse-columns, which gives column groups their own consumers and
-    # producers first.
-    "opfuse-fuse-column-sums",
     # A scan (cumsum) takes the loop groups over its domain on both sides (the mask it
     # counts, the position arithmetic after it); after the reductions, which do not take a
     # scan, so that a loop group both could claim goes to the reduction first.
@@ -75,6 +70,12 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     # residual: the epilogue runs on the accumulators in registers). After the reductions,
     # so that softmax after QK^T stays one row kernel instead of becoming a matmul epilogue.
     "opfuse-fuse-epilogue",
+    # A column sum of what a row kernel or a matmul computes (a backward pass's bias and
+    # LayerNorm weight gradients) joins that kernel, which adds into it atomically: after
+    # opfuse-fuse-columns, which gives column groups their own consumers and producers
+    # first, and after the epilogues, so that a sum of an epilogue's result finds the
+    # matmul; before the horizontal joins, which leave a matmul with a sum alone.
+    "opfuse-fuse-column-sums",
     # Sibling matmuls over one LHS (Q/K/V, SwiGLU's W1 and W3) once each has its epilogue:
     # one kernel whose tiles each read their own weight and apply their own epilogue.
     "opfuse-fuse-horizontal",

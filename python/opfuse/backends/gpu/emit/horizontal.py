@@ -86,6 +86,7 @@ def ranges(group: Group) -> list[Range]:
         for c_op in cs:
             own = frozenset(op for op in members if op not in cs or op == c_op)
             contractions.append(Contraction.of(replace(part, members=own)))
+            require(not contractions[-1].sums, "a column sum in a horizontal kernel")
         first = contractions[0]
         for c in contractions[1:]:
             require((c.M, c.N, c.K, c.batch_shape) == (first.M, first.N, first.K, first.batch_shape),

@@ -19,9 +19,11 @@ from typing import NamedTuple
 
 from mlir import ir
 
-from ..build.evaluate import Evaluator
+from ....analysis.column_sums import leading_reductions
+from ..build.evaluate import Evaluator, generic_domain, iterators_of, op_of
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, delinearize, numel, vector_width
+from .column_sums import add_at, column_sum, is_column_sum
 
 BLOCK = 256
 #: Grid cap of the fallback's grid-stride loops (enough blocks to fill any current GPU).
@@ -54,7 +56,12 @@ def launch_1d(group: Group, module: ir.Module, name: str, threads: int) -> Launc
 
 
 def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
-    outs = group.outputs
+    # column sums of the loop's values (opfuse-fuse-column-sums) are added in, each
+    # element where the thread computes it: column_sums.py
+    sums = {o.index: op_of(o.value) for o in group.outputs
+            if op_of(o.value) is not None and op_of(o.value).name == "linalg.generic"
+            and is_column_sum(op_of(o.value))}
+    outs = [o for o in group.outputs if o.index not in sums]
     require(bool(outs), "no outputs")
     sizes = {numel(o.shape) for o in outs}
     require(len(sizes) == 1, "outputs of different sizes")
@@ -65,6 +72,14 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     for o in outs:
         if o.shape:
             lanes = min(lanes, vector_width(o.element_type, o.shape[-1]))
+    column = {}
+    for i, op in sums.items():
+        dom = tuple(generic_domain(op))
+        require(numel(dom) == n, f"a column sum over {list(dom)}, not over the loop's "
+                                 f"{list(primary.shape)}")
+        rows = leading_reductions(iterators_of(op))
+        column[i] = column_sum(op, numel(dom[:rows]), dom[rows:])
+        lanes = min(lanes, vector_width(ir.F32Type.get(module.context), dom[-1]))
     launch = launch_1d(group, module, name, -(-n // lanes))
     kb = launch.kb
     first = kb.apply(launch.index * lanes)
@@ -76,6 +91,11 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
             idx = delinearize(d0, o.shape) if o.shape else []
             val = ev.value(o.value, idx)
             ev.store(group.output_leaf(o, group.result_param(kb.params, o.index)), tuple(idx), val)
+        for o in group.outputs:
+            if o.index in column:  # the sum's point at the thread's flat position
+                cs = column[o.index]
+                point = tuple(delinearize(d0, tuple(generic_domain(cs.op))))
+                add_at(kb, ev, group, cs, o, point, point[len(cs.rows):], None)
 
     if launch.launched * lanes != n:
         with kb.if_(kb.cmp_lt(first, kb.index(n))):
@@ -83,6 +103,8 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     else:
         body()
     kb.vector_lanes = lanes
+    if column:
+        kb.meta.update(zeroed=sorted(column), atomics=n * len(column))
     return kb
 
 

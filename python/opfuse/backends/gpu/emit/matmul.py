@@ -21,7 +21,7 @@ at one point of C, given the accumulators there).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mlir import ir
 
@@ -36,9 +36,11 @@ from ..build.evaluate import (
     maps_of,
     n_inputs,
 )
+from ..build.evaluate import op_of
 from ..build.evaluate_movement import _depends, pull
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, delinearize, numel, shape_of
+from .column_sums import ColumnSum, add_at, column_sum, is_column_sum
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ class Contraction:
         a_type, b_type, c_type: element types of A, B and the accumulator C.
         placements: per output index of the group, where the output sits on C
             (:class:`Placement`: C transposed, or reshaped along M, N or batch dims).
+        sums: per output index, a column sum over C's M rows (opfuse-fuse-column-sums:
+            a bias gradient of the dY this matmul computes), added atomically by
+            :func:`store_outputs`.
     """
 
     op: ir.Operation
@@ -75,6 +80,7 @@ class Contraction:
     b_type: ir.Type
     c_type: ir.Type
     placements: dict[int, "Placement"]
+    sums: dict[int, ColumnSum] = field(default_factory=dict)
 
     @property
     def c_shape(self) -> list[int]:
@@ -90,8 +96,14 @@ class Contraction:
         loops = _loops(op)
         dom = loops.dom
         c_shape = shape_of(op.results[0].type)
-        placements = {}
+        placements, sums = {}, {}
         for o in group.outputs:
+            owner = op_of(o.value)
+            if owner is not None and owner.name == "linalg.generic" and is_column_sum(owner):
+                require(not loops.batch and list(c_shape) == [dom[loops.m], dom[loops.n]],
+                        "a column sum of a batched or transposed matmul result")
+                sums[o.index] = column_sum(owner, dom[loops.m], (dom[loops.n],))
+                continue
             place = Placement.of(o.value, op.results[0])
             require(
                 place is not None,
@@ -110,6 +122,7 @@ class Contraction:
             ir.ShapedType(op.operands[1].type).element_type,
             ir.ShapedType(op.operands[2].type).element_type,
             placements,
+            sums,
         )
 
     def point(self, batch: list, m, n, k, ctx: ir.Context) -> list:
@@ -156,8 +169,12 @@ def store_outputs(
     pred: ir.Value | None,
 ) -> None:
     """Evaluate every output of ``group`` at C's index ``c_idx`` (the accumulators there
-    are preset in ``ev``) and store it, under ``pred`` (None: always)."""
+    are preset in ``ev``) and store it, under ``pred`` (None: always); a column sum's
+    element is added into it (:func:`_add_to_sum`)."""
     for o in group.outputs:
+        if o.index in c.sums:
+            _add_to_sum(kb, ev, group, c, c.sums[o.index], o, c_idx, pred)
+            continue
         leaf = group.output_leaf(o, group.result_param(kb.params, o.index))
         place = c.placements[o.index]
         at = place.index(c_idx, c.c_shape, kb.ctx)  # the output's index of this point
@@ -171,6 +188,20 @@ def store_outputs(
         else:
             with kb.if_(pred):
                 ev.store(leaf, at, val)
+
+
+def _add_to_sum(kb: KernelBuilder, ev: Evaluator, group: Group, c: Contraction,
+                cs: ColumnSum, out, c_idx: tuple, pred: ir.Value | None) -> None:
+    """Add the element of column sum ``cs`` at C's point ``c_idx = (m, n)`` into output
+    ``out`` (zeroed by the runtime before the launch: ``KernelSpec.zeroed``)."""
+    m, n = c_idx
+    point = tuple(delinearize(m, cs.rows)) + (n,)
+    for j in range(n_inputs(cs.op)):  # what the sum reads at the point, seen from C
+        at = compose(maps_of(cs.op)[j], list(point), len(kb.dims), kb.ctx)
+        _alias_accumulators(kb, ev, group, cs.op.operands[j], at, c_idx)
+    add_at(kb, ev, group, cs, out, point, (n,), pred)
+    kb.meta["zeroed"] = sorted(c.sums)
+    kb.meta["atomics"] = c.M * c.N * len(c.sums)
 
 
 def _alias_accumulators(kb: KernelBuilder, ev: Evaluator, group: Group, v: ir.Value,
@@ -195,6 +226,7 @@ def _alias_accumulators(kb: KernelBuilder, ev: Evaluator, group: Group, v: ir.Va
 def _contraction(group: Group) -> ir.Operation:
     reds = [
         op for op in group.ops() if op.name == "linalg.generic" and "reduction" in iterators_of(op)
+        and not is_column_sum(op)  # a column sum of the result: Contraction.sums
     ]
     require(len(reds) == 1, "not exactly one contraction")
     op = reds[0]

@@ -110,6 +110,7 @@ def emit_mma(group: Group, module: ir.Module, name: str, cls: type | None = None
     cls(kb, group, c, kind, t, ops).build()
     kb.vector_lanes = 2 if N % 2 == 0 else 1
     kb.meta = {
+        **kb.meta,  # what the epilogue recorded (a column sum's zeroed result)
         **cls.META,
         "mma": kind.name,
         "tile": [t.bm, t.bn, t.bk],
@@ -188,6 +189,7 @@ def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Co
     dispatch(kb, tiles, build)
     kb.vector_lanes = 2 if all(c.N % 2 == 0 for c in cs) else 1
     kb.meta = {
+        **kb.meta,  # what the epilogue recorded (a column sum's zeroed result)
         **cls.META,
         "mma": kind.name,
         "tile": [t.bm, t.bn, t.bk],

@@ -78,8 +78,8 @@ def emit_simt(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     tile = SimtTile(kb, group, c, shape, [kb.add_dim(v) for v in kb.block_id])
     tile.store([(c, tile.mainloop(c))])
     kb.vector_lanes = shape.lanes
-    kb.meta = {"tile": [shape.bm, shape.bn, shape.bk], "problem": [c.n_batch, c.M, c.N, c.K],
-               "operands": str(c.a_type)}
+    kb.meta.update(tile=[shape.bm, shape.bn, shape.bk], problem=[c.n_batch, c.M, c.N, c.K],
+                   operands=str(c.a_type))  # after what the epilogue recorded
     return kb
 
 

@@ -31,7 +31,7 @@ from mlir.dialects import arith, gpu, memref
 from ..build.evaluate import Evaluator, Val, generic_domain, iterators_of, maps_of, n_inputs
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, Shared, delinearize, numel, vector_width
-from .rows_column_sums import accumulate, column_sum, is_column_sum
+from .column_sums import accumulate, column_sum, is_column_sum
 
 #: Vectors per thread a row team aims for (registers hold them all).
 CHUNKS_PER_THREAD = 4
@@ -136,7 +136,7 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     all_reds = [
         op for op in group.ops() if op.name == "linalg.generic" and "reduction" in iterators_of(op)
     ]
-    # column sums (opfuse-fuse-column-sums) ride along: rows_column_sums.py
+    # column sums (opfuse-fuse-column-sums) ride along: column_sums.py
     sum_ops = [op for op in all_reds if is_column_sum(op)]
     reds_ops = [op for op in all_reds if not is_column_sum(op)]
     require(bool(reds_ops), "a column reduction without a row reduction (the columns emitter's)"

@@ -1,0 +1,105 @@
+"""Column sums added atomically by the kernel that computes what they sum
+(opfuse-fuse-column-sums): the bias and LayerNorm weight gradients of a backward pass.
+
+A column sum reduces leading loops and keeps trailing ones (``db = dY.sum(0)``,
+``dgamma = (dY * xhat).sum(0)``). It rides along with
+
+* a row kernel over ``rows x cols`` (:mod:`.rows`): no team holds a column, so every
+  thread adds the elements of the row it owns (:func:`accumulate`);
+* a matmul without batch dims (:mod:`.matmul`'s ``store_outputs``): the epilogue adds
+  each element of C's tile, the sum reducing C's M rows and keeping its N columns;
+
+with one ``memref.atomic_rmw addf`` per element (PTX ``atom.global.add.f32``), the result
+zeroed by the runtime before the launch (``KernelSpec.zeroed``). The order of those
+additions is the hardware's: results may differ from run to run in the last bits, as for
+any atomically accumulated sum (XLA's and Inductor's GPU reductions with atomics too).
+
+Accepted (``opfuse.analysis.column_sums``): f32 sums (``arith.addf``) whose accumulator
+starts at zero, reducing leading loops whose sizes multiply to the kernel's row count (the
+row dims, or a view that splits or collapses them) and keeping exactly its columns.
+Anything else is Unsupported here, and the pass does not form such a group.
+
+Cost: one atomic per element of the summed value (rows x cols); reducing across a block's
+rows first (in registers or shared memory, one atomic per column per block) is not built.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mlir import ir
+
+from ....analysis.column_sums import leading_reductions, why_not_atomic_sum
+from ..build.evaluate import Evaluator, Val, generic_domain, iterators_of, maps_of, n_inputs
+from ..build.group import Group, require
+from ..build.kernel import KernelBuilder, delinearize
+
+
+@dataclass
+class ColumnSum:
+    op: ir.Operation  # the linalg.generic: leading reduction loops, trailing parallel ones
+    combine: ir.Operation  # its arith.addf
+    x_operand: int  # which operand of ``combine`` is the element
+    rows: tuple[int, ...]  # the sizes of its reduced loops
+
+    @property
+    def value(self) -> ir.Value:
+        return self.op.results[0]
+
+
+def is_column_sum(op: ir.Operation) -> bool:
+    """A generic whose reduction loops all come before its parallel ones (and which keeps
+    at least one): what this module may take, before the checks of :func:`column_sum`."""
+    return leading_reductions(iterators_of(op)) > 0
+
+
+def column_sum(op: ir.Operation, n_rows: int, cols: tuple[int, ...]) -> ColumnSum:
+    """``op`` as a column sum of a row kernel over ``n_rows`` rows of ``cols``."""
+    dom = tuple(generic_domain(op))
+    p = leading_reductions(iterators_of(op))
+    require(math.prod(dom[:p]) == n_rows and dom[p:] == cols,
+            f"a column sum over {list(dom)}, not over the row kernel's {n_rows} rows of "
+            f"{list(cols)}")
+    why = why_not_atomic_sum(op)
+    require(why is None, why or "")
+    dims = [e.maybe_downcast() for e in maps_of(op)[n_inputs(op)].results]
+    require(all(isinstance(d, ir.AffineDimExpr) for d in dims)
+            and [d.position for d in dims] == list(range(p, len(dom))),
+            "a column sum whose result is not its kept loops")
+    block = op.regions[0].blocks[0]
+    acc = block.arguments[n_inputs(op)]
+    comb = list(block.operations)[-1].operands[0].owner
+    comb = comb.operation if hasattr(comb, "operation") else comb
+    return ColumnSum(op, comb, 1 - list(comb.operands).index(acc), dom[:p])
+
+
+def add_at(kb: KernelBuilder, ev: Evaluator, group: Group, cs: ColumnSum, out,
+           point: tuple, kept: tuple, pred) -> None:
+    """Add ``cs``'s element at its loop point ``point`` (kept part ``kept``: where it goes
+    in the result) into output ``out``, one atomic per lane, under ``pred``."""
+    leaf = group.output_leaf(out, group.result_param(kb.params, out.index))
+    # the accumulator is not read before the combiner (checked by column_sum)
+    dummy = [Val(a, True) for a in list(cs.op.regions[0].blocks[0].arguments)[n_inputs(cs.op):]]
+    operands = ev.payload(cs.op, point, dummy, upto=cs.combine)
+    if pred is None:
+        ev.atomic_add(leaf, kept, operands[cs.x_operand])
+    else:
+        with kb.if_(pred):
+            ev.atomic_add(leaf, kept, operands[cs.x_operand])
+
+
+def accumulate(kb: KernelBuilder, ev: Evaluator, group: Group, cs: ColumnSum, out,
+               row: ir.AffineExpr, chunks, row_ok) -> None:
+    """The row kernel's part: add this thread's elements of its row of ``cs`` into output
+    ``out`` (a group output whose value is ``cs.value``), masked like the row's stores."""
+    point_rows = tuple(delinearize(row, cs.rows))
+
+    def add(idx, ok, accs):
+        add_at(kb, ev, group, cs, out, point_rows + tuple(idx), tuple(idx), kb.and_(ok, row_ok))
+        return []
+
+    chunks.fold([], add)
+
+
+__all__ = ["ColumnSum", "accumulate", "add_at", "column_sum", "is_column_sum"]
