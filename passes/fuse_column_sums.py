@@ -24,7 +24,9 @@ from their epilogue. Runs after opfuse-fuse-columns (which gives column groups t
 consumers and producers first) and after opfuse-fuse-epilogue (so a sum of a matmul's
 epilogue finds the matmul), before opfuse-fuse-horizontal, which leaves such a matmul
 alone. A loop group over the sum's points (GELU's backward, summed into the bias gradient
-of the linear before it) is one too: each thread adds the elements it computes.
+of the linear before it) is one too: each thread adds the elements it computes, into a
+sum over any of the loops (a convolution's bias gradient sums N, H and W of an NCHW
+gradient, keeping C).
 """
 
 from __future__ import annotations
@@ -83,15 +85,16 @@ def _plan(planner: Planner) -> None:
 def _column_sum(planner: Planner, g: Group):
     """``(node, reduced loops)`` of ``g``'s column sum when ``g`` is a candidate (one sum,
     any other members views); None otherwise (silently: most groups are not column sums)."""
+    if g.kind != "columns":  # a row reduction is opfuse-fuse-reduction's (a row kernel)
+        return None
     nodes = [planner.graph.nodes[m] for m in g.members]
     sums = [n for n in nodes if n.kind == OpKind.REDUCTION]
     if len(sums) != 1 or any(n.kind not in _MOVERS for n in nodes if n is not sums[0]):
         return None
     node = sums[0]
-    reduced = leading_reductions(node.info.iterators)
-    if not reduced or set(g.outputs) != set(node.results):
-        return None
-    return node, reduced
+    if "parallel" not in node.info.iterators or set(g.outputs) != set(node.results):
+        return None  # a sum to one value would have every thread add into one element
+    return node, leading_reductions(node.info.iterators)
 
 
 def _row_group(planner: Planner, g: Group, node, reduced: int) -> Group | None:
@@ -102,6 +105,16 @@ def _row_group(planner: Planner, g: Group, node, reduced: int) -> Group | None:
     rows = producers[0]
     if len(producers) > 1:
         planner.refuse(rows, g, "the column sum reads values of several kernels")
+        return None
+    if not (rows.kind in ("input", "output") or rows.is_loop):
+        return None  # another kind's results: not this pass's question
+    why = why_not_atomic_sum(node.op)
+    if why is not None:
+        planner.refuse(rows, g, why)
+        return None
+    if not reduced and not rows.is_loop:
+        planner.refuse(rows, g, "the sum keeps a loop before one it reduces (only a loop "
+                                "kernel adds into such a sum)")
         return None
     if rows.kind == "input" and rows.row_domain is not None:
         n_rows = math.prod(rows.row_domain)
@@ -117,20 +130,14 @@ def _row_group(planner: Planner, g: Group, node, reduced: int) -> Group | None:
         what = f"{n_rows} rows (M)"
     elif rows.is_loop and rows.domain:
         # every point of the loop's domain is one of the sum's, in row-major order (the
-        # emitter maps its flat position onto the sum's loops)
-        n_rows = math.prod(rows.domain) // math.prod(node.info.domain[reduced:])
-        cols = tuple(node.info.domain[reduced:])
+        # emitter maps its flat position onto the sum's loops, whichever they reduce)
         if math.prod(rows.domain) != math.prod(node.info.domain):
             planner.refuse(rows, g, f"the sum runs over {shape_str(tuple(node.info.domain))}, "
                                     f"the loop over {shape_str(rows.domain)}")
             return None
-        what = f"{shape_str(rows.domain)} points"
+        return rows
     else:
-        return None  # another kind's results: not this pass's question
-    why = why_not_atomic_sum(node.op)
-    if why is not None:
-        planner.refuse(rows, g, why)
-        return None
+        return None  # a row group without rows
     dom = tuple(node.info.domain)
     if math.prod(dom[:reduced]) != n_rows or dom[reduced:] != cols:
         planner.refuse(rows, g, f"the sum reduces {shape_str(dom[:reduced])} of "

@@ -79,7 +79,8 @@ KINDS += ("matmul", "matmul", "matmul")
 def emulate_poisoned(program: GpuProgram, args: list[np.ndarray]) -> list[np.ndarray]:
     """``emulate.run_program`` (which also checks every vector access's alignment), with
     every kernel's result buffers set to NaN before the kernel runs (the host's buffers are uninitialized or
-    reused: an element no thread writes would otherwise keep whatever was there)."""
+    reused: an element no thread writes would otherwise keep whatever was there), but for
+    those the runtime zeroes (``KernelSpec.zeroed``)."""
     module = parse_module(program.outlined_ir, make_context())
     emu = emulate.Emulator(module)
 
@@ -88,6 +89,8 @@ def emulate_poisoned(program: GpuProgram, args: list[np.ndarray]) -> list[np.nda
             if np.issubdtype(r.dtype, np.floating):
                 r.fill(np.nan)
         spec = program.kernels[func]
+        for i in spec.zeroed:  # the runtime's part: results a kernel adds into atomically
+            results[i].reshape(-1).view(np.uint8)[:] = 0
         emu.run_entry(spec.entry, spec.grid, spec.block, bind_params(spec, fargs, results))
 
     schedule = program.schedule

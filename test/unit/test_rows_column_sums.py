@@ -239,3 +239,69 @@ def test_emulated_loop_kernel_adds_the_sum_of_what_it_computes(rows, cols):
     want = [dx, dx.sum(axis=0)]
     _close(emulate.run_program(program, [dy, y]), want, rows)
     _close(exe(dy, y), want, rows)
+
+
+CONV_BIAS = """
+#id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#ch = affine_map<(d0, d1, d2) -> (d1)>
+func.func @relu_backward_and_bias(%dy: tensor<2x6x5x7xf32>, %y: tensor<2x6x5x7xf32>)
+    -> (tensor<2x6x5x7xf32>, tensor<6xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2x6x5x7xf32>
+  %dx = linalg.generic {indexing_maps = [#id4, #id4, #id4],
+                        iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%dy, %y : tensor<2x6x5x7xf32>, tensor<2x6x5x7xf32>) outs(%e : tensor<2x6x5x7xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %pos = arith.cmpf ogt, %b, %zero : f32
+    %r = arith.select %pos, %a, %zero : f32
+    linalg.yield %r : f32
+  } -> tensor<2x6x5x7xf32>
+  %ec = tensor.empty() : tensor<6xf32>
+  %ic = linalg.fill ins(%zero : f32) outs(%ec : tensor<6xf32>) -> tensor<6xf32>
+  %v = tensor.collapse_shape %dx [[0], [1], [2, 3]] : tensor<2x6x5x7xf32> into tensor<2x6x35xf32>
+  %db = linalg.generic {indexing_maps = [#id3, #ch],
+                        iterator_types = ["reduction", "parallel", "reduction"]}
+      ins(%v : tensor<2x6x35xf32>) outs(%ic : tensor<6xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %r = arith.addf %a, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<6xf32>
+  return %dx, %db : tensor<2x6x5x7xf32>, tensor<6xf32>
+}
+"""
+
+
+def test_emulated_loop_kernel_adds_a_sum_over_leading_and_trailing_loops():
+    """ReLU's backward over NCHW and the convolution bias gradient, summed over N and the
+    flattened H*W (keeping C) of a view, which opfuse-fuse-reduction does not take (the
+    domains differ): one loop kernel, each thread adding its elements at their channel."""
+    rng = np.random.default_rng(3)
+    dy = rng.standard_normal((2, 6, 5, 7)).astype(np.float32)
+    y = rng.standard_normal((2, 6, 5, 7)).astype(np.float32)
+    exe = opfuse.compile(CONV_BIAS, backend="cpu")
+    program = compile_module(exe._source, lower=False)
+    (kernel,) = program.kernels.values()
+    assert kernel.emitter == "loop" and kernel.zeroed == (1,), program.notes
+    dx = np.where(y > 0, dy, 0).astype(np.float64)
+    want = [dx, dx.sum(axis=(0, 2, 3))]
+    _close(emulate.run_program(program, [dy, y]), want, 70)
+    _close(exe(dy, y), want, 70)
+
+
+def test_a_row_sum_the_rows_emitter_declines_is_a_loop_kernel_adding_into_it():
+    """Found by test_random_kernels (whose runner then did not zero ``KernelSpec.zeroed``
+    results, giving NaN): a sum over a reshape that the rows emitter declines (its input
+    is also returned, in another shape) goes to the loop emitter, which adds each element
+    into the zeroed sum, instead of to the sequential fallback."""
+    from opfuse.builder import Graph
+
+    g = Graph("row_sum_of_a_reshape")
+    t1 = g.reshape(g.input("x0", (1, 4)), (1, 2, 2))
+    g.output(t1, g.sum(t1, axis=2))
+    x = np.random.default_rng(0).standard_normal((1, 4)).astype(np.float32)
+    program = compile_module(opfuse.compile(g, backend="cpu")._source, lower=False)
+    (kernel,) = program.kernels.values()
+    assert (kernel.emitter, kernel.zeroed) == ("loop", (1,)), program.notes
+    got = emulate.run_program(program, [x])
+    np.testing.assert_allclose(got[1], x.reshape(1, 2, 2).sum(axis=2), rtol=1e-6)

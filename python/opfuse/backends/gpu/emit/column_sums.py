@@ -38,14 +38,19 @@ from ..build.kernel import KernelBuilder, delinearize
 
 @dataclass
 class ColumnSum:
-    op: ir.Operation  # the linalg.generic: leading reduction loops, trailing parallel ones
+    op: ir.Operation  # the linalg.generic
     combine: ir.Operation  # its arith.addf
     x_operand: int  # which operand of ``combine`` is the element
-    rows: tuple[int, ...]  # the sizes of its reduced loops
+    rows: tuple[int, ...]  # the sizes of its leading reduced loops (when all lead)
+    kept: tuple[int, ...]  # its parallel loops, in the order its result is indexed
 
     @property
     def value(self) -> ir.Value:
         return self.op.results[0]
+
+    def at(self, point: tuple) -> tuple:
+        """The result's index at loop point ``point``."""
+        return tuple(point[i] for i in self.kept)
 
 
 def is_column_sum(op: ir.Operation) -> bool:
@@ -54,24 +59,45 @@ def is_column_sum(op: ir.Operation) -> bool:
     return leading_reductions(iterators_of(op)) > 0
 
 
-def column_sum(op: ir.Operation, n_rows: int, cols: tuple[int, ...]) -> ColumnSum:
-    """``op`` as a column sum of a row kernel over ``n_rows`` rows of ``cols``."""
-    dom = tuple(generic_domain(op))
-    p = leading_reductions(iterators_of(op))
-    require(math.prod(dom[:p]) == n_rows and dom[p:] == cols,
-            f"a column sum over {list(dom)}, not over the row kernel's {n_rows} rows of "
-            f"{list(cols)}")
+def is_partial_sum(op: ir.Operation) -> bool:
+    """A generic that reduces some loops and keeps others, in any order (what a loop
+    kernel may add into: :func:`partial_sum`)."""
+    its = iterators_of(op)
+    return "reduction" in its and "parallel" in its
+
+
+def partial_sum(op: ir.Operation) -> ColumnSum:
+    """``op`` as a sum a kernel adds into atomically: an f32 sum from zero whose result is
+    indexed by its parallel loops."""
     why = why_not_atomic_sum(op)
     require(why is None, why or "")
+    its = iterators_of(op)
     dims = [e.maybe_downcast() for e in maps_of(op)[n_inputs(op)].results]
     require(all(isinstance(d, ir.AffineDimExpr) for d in dims)
-            and [d.position for d in dims] == list(range(p, len(dom))),
-            "a column sum whose result is not its kept loops")
+            and sorted(d.position for d in dims) == [i for i, it in enumerate(its)
+                                                      if it == "parallel"],
+            "a sum whose result is not indexed by its kept loops")
     block = op.regions[0].blocks[0]
     acc = block.arguments[n_inputs(op)]
     comb = list(block.operations)[-1].operands[0].owner
     comb = comb.operation if hasattr(comb, "operation") else comb
-    return ColumnSum(op, comb, 1 - list(comb.operands).index(acc), dom[:p])
+    dom = tuple(generic_domain(op))
+    p = leading_reductions(its)
+    return ColumnSum(op, comb, 1 - list(comb.operands).index(acc), dom[:p],
+                     tuple(d.position for d in dims))
+
+
+def column_sum(op: ir.Operation, n_rows: int, cols: tuple[int, ...]) -> ColumnSum:
+    """``op`` as a column sum of a kernel over ``n_rows`` rows of ``cols`` (its leading
+    loops reduced, its result indexed by the others in order)."""
+    dom = tuple(generic_domain(op))
+    p = leading_reductions(iterators_of(op))
+    require(p > 0 and math.prod(dom[:p]) == n_rows and dom[p:] == cols,
+            f"a column sum over {list(dom)}, not over the kernel's {n_rows} rows of "
+            f"{list(cols)}")
+    cs = partial_sum(op)
+    require(cs.kept == tuple(range(p, len(dom))), "a column sum whose result is not its kept loops")
+    return cs
 
 
 def add_at(kb: KernelBuilder, ev: Evaluator, group: Group, cs: ColumnSum, out,
@@ -96,10 +122,12 @@ def accumulate(kb: KernelBuilder, ev: Evaluator, group: Group, cs: ColumnSum, ou
     point_rows = tuple(delinearize(row, cs.rows))
 
     def add(idx, ok, accs):
-        add_at(kb, ev, group, cs, out, point_rows + tuple(idx), tuple(idx), kb.and_(ok, row_ok))
+        point = point_rows + tuple(idx)
+        add_at(kb, ev, group, cs, out, point, cs.at(point), kb.and_(ok, row_ok))
         return []
 
     chunks.fold([], add)
 
 
-__all__ = ["ColumnSum", "accumulate", "add_at", "column_sum", "is_column_sum"]
+__all__ = ["ColumnSum", "accumulate", "add_at", "column_sum", "is_column_sum", "is_partial_sum",
+           "partial_sum"]

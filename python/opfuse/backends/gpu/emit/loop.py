@@ -19,11 +19,10 @@ from typing import NamedTuple
 
 from mlir import ir
 
-from ....analysis.column_sums import leading_reductions
-from ..build.evaluate import Evaluator, generic_domain, iterators_of, op_of
+from ..build.evaluate import Evaluator, generic_domain, op_of
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, delinearize, numel, vector_width
-from .column_sums import add_at, column_sum, is_column_sum
+from .column_sums import add_at, is_partial_sum, partial_sum
 
 BLOCK = 256
 #: Grid cap of the fallback's grid-stride loops (enough blocks to fill any current GPU).
@@ -60,7 +59,7 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     # element where the thread computes it: column_sums.py
     sums = {o.index: op_of(o.value) for o in group.outputs
             if op_of(o.value) is not None and op_of(o.value).name == "linalg.generic"
-            and is_column_sum(op_of(o.value))}
+            and is_partial_sum(op_of(o.value))}
     outs = [o for o in group.outputs if o.index not in sums]
     require(bool(outs), "no outputs")
     sizes = {numel(o.shape) for o in outs}
@@ -77,8 +76,9 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         dom = tuple(generic_domain(op))
         require(numel(dom) == n, f"a column sum over {list(dom)}, not over the loop's "
                                  f"{list(primary.shape)}")
-        rows = leading_reductions(iterators_of(op))
-        column[i] = column_sum(op, numel(dom[:rows]), dom[rows:])
+        column[i] = partial_sum(op)
+        # a vector's lanes are consecutive points of the sum's innermost loop (each lane
+        # adds on its own: into one element where that loop is reduced)
         lanes = min(lanes, vector_width(ir.F32Type.get(module.context), dom[-1]))
     launch = launch_1d(group, module, name, -(-n // lanes))
     kb = launch.kb
@@ -95,7 +95,7 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
             if o.index in column:  # the sum's point at the thread's flat position
                 cs = column[o.index]
                 point = tuple(delinearize(d0, tuple(generic_domain(cs.op))))
-                add_at(kb, ev, group, cs, o, point, point[len(cs.rows):], None)
+                add_at(kb, ev, group, cs, o, point, cs.at(point), None)
 
     if launch.launched * lanes != n:
         with kb.if_(kb.cmp_lt(first, kb.index(n))):

@@ -199,7 +199,7 @@ def _add_to_sum(kb: KernelBuilder, ev: Evaluator, group: Group, c: Contraction,
     for j in range(n_inputs(cs.op)):  # what the sum reads at the point, seen from C
         at = compose(maps_of(cs.op)[j], list(point), len(kb.dims), kb.ctx)
         _alias_accumulators(kb, ev, group, cs.op.operands[j], at, c_idx)
-    add_at(kb, ev, group, cs, out, point, (n,), pred)
+    add_at(kb, ev, group, cs, out, point, cs.at(point), pred)
     kb.meta["zeroed"] = sorted(c.sums)
     kb.meta["atomics"] = c.M * c.N * len(c.sums)
 
