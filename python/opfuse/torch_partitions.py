@@ -77,6 +77,8 @@ class Program:
         # results torch makes from the inputs (views of them), by position among all
         self.input_views = imported.input_views
         self.n_results = len(self.outputs) + len(self.input_views)
+        #: (pointer call, input specs, output specs) once known; False: no fast path
+        self._pointer_call: Any = None
 
     def run(self, tensors: Sequence[Any]) -> list[Any]:
         """The results, on the device of the first tensor."""
@@ -84,9 +86,39 @@ class Program:
         run_device = getattr(self.executable, "run_device", None)
         if run_device is not None and device.type == "cuda" and self.executable.backend == "cuda":
             return self._run_on_device(run_device, tensors, device)  # pragma: no cover - GPU
+        fast = self._fast_path(tensors)
+        if fast is not None:
+            return fast
         results = self.executable(*(to_numpy(t) for t in tensors))
         results = results if isinstance(results, tuple) else (results,)
         return self.as_results(results, tensors)
+
+    def _fast_path(self, tensors: Sequence[Any]) -> list[Any] | None:
+        """The results, computed on the tensors' memory: the CPU program called on their
+        data addresses and on fresh result tensors' (no numpy arrays, no conversions:
+        40 of a small partition's 80 us per call went to them); None (the checked numpy
+        path) unless every input is a contiguous CPU tensor of the signature's shape and
+        dtype."""
+        if self._pointer_call is None:
+            call = self.executable.pointer_call()
+            ins = [(tuple(s.shape), TORCH_DTYPES.get(s.element_type))
+                   for s in self.executable.signature.inputs]
+            outs = [(tuple(s.shape), TORCH_DTYPES.get(s.element_type)) for s in self.outputs]
+            usable = call is not None and all(d is not None for _, d in ins + outs)
+            self._pointer_call = (call, ins, outs) if usable else False
+        if self._pointer_call is False:
+            return None
+        call, ins, outs = self._pointer_call
+        if len(tensors) != len(ins):
+            return None
+        for t, (shape, dtype) in zip(tensors, ins):
+            if (t.dtype is not dtype or t.device.type != "cpu" or t.shape != shape
+                    or not t.is_contiguous()):
+                return None
+        results = [torch.empty(shape, dtype=dtype) for shape, dtype in outs]
+        # the tensors stay referenced (here) until the call returns
+        call([t.data_ptr() for t in tensors] + [r.data_ptr() for r in results])
+        return self._viewed(results, tensors)
 
     def as_results(self, arrays: Sequence[np.ndarray], tensors: Sequence[Any]) -> list[Any]:
         """The graph's results from the function's (``arrays``, in its order) and the

@@ -283,7 +283,8 @@ def test_opfuse_error_at_first_call_falls_back(dynamo, monkeypatch):
     def broken(self, *arrays):
         raise OpfuseError("cannot JIT-compile @forward for the CPU: (simulated)")
 
-    monkeypatch.setattr(Executable, "__call__", broken)
+    # the JIT compile both call paths (numpy arrays, tensors' data pointers) go through
+    monkeypatch.setattr(Executable, "_compiled", broken)
     fast = torch.compile(model, backend="opfuse")
     with torch.no_grad():
         with pytest.warns(opfuse.torch.FallbackWarning, match="simulated"):

@@ -213,7 +213,8 @@ def test_a_partition_failing_at_its_first_call_runs_eagerly(fresh_dynamo, monkey
     def broken(self, *arrays):
         raise OpfuseError("cannot JIT-compile for the CPU: (simulated)")
 
-    monkeypatch.setattr(Executable, "__call__", broken)
+    # the JIT compile both call paths (numpy arrays, tensors' data pointers) go through
+    monkeypatch.setattr(Executable, "_compiled", broken)
     torch.manual_seed(0)
     model, x = SvdInTheMiddle().eval(), torch.randn(8, 16)
     fast = opfuse.torch.compile(model, (x,), backend="cpu")
@@ -224,3 +225,34 @@ def test_a_partition_failing_at_its_first_call_runs_eagerly(fresh_dynamo, monkey
             warnings.simplefilter("error", opfuse.torch.FallbackWarning)
             _close(fast(x), model(x))  # stays eager, warned once
     assert all(p["eager_at_run_time"] for p in fast.report["partitions"])
+
+
+class MaskedScale(nn.Module):
+    """bf16, bool and f32 inputs: a masked, scaled sum in f32."""
+
+    def forward(self, x, mask, scale):
+        return (torch.where(mask, x.float(), 0.0) * scale).sum(-1)
+
+
+def test_partitions_run_on_the_tensors_memory_and_fall_back_for_other_layouts(monkeypatch):
+    """A partition's CPU program is called on its tensors' data pointers (no numpy arrays:
+    to_numpy is never reached) when every input is contiguous with the signature's dtype
+    and shape (bf16 and bool included); a transposed input takes the checked numpy path.
+    Both give eager's results."""
+    from opfuse import torch_partitions
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 10, generator=g).to(torch.bfloat16)
+    mask = torch.randn(6, 10, generator=g) > 0
+    scale = torch.randn(10, generator=g)
+    model = MaskedScale()
+    fast = opfuse.torch.compile(model, (x, mask, scale), backend="cpu")
+    converted = []
+    real = torch_partitions.to_numpy
+    monkeypatch.setattr(torch_partitions, "to_numpy", lambda t: converted.append(t) or real(t))
+    torch.testing.assert_close(fast(x, mask, scale), model(x, mask, scale), rtol=1e-6, atol=1e-6)
+    assert converted == []  # the pointer path
+    xt = x.t().contiguous().t()  # same values and shape, column-major
+    assert not xt.is_contiguous()
+    torch.testing.assert_close(fast(xt, mask, scale), model(x, mask, scale), rtol=1e-6, atol=1e-6)
+    assert converted  # the numpy path, which copies it contiguous

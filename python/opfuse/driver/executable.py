@@ -141,6 +141,15 @@ class Executable:
         outs = self._compiled()(*arrays)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def pointer_call(self):
+        """The compiled program's unchecked entry on raw data addresses
+        (``call(pointers)``: inputs then outputs, contiguous, of the signature's shapes and
+        dtypes; :meth:`opfuse.runtime.cpu.CpuProgram.call_pointers`), or None where the
+        backend has none (the cuda runtime takes device buffers its own way)."""
+        if self.backend != "cpu":
+            return None
+        return self._compiled().call_pointers
+
     def time(self, *arrays: np.ndarray, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds per call, ``repeat`` calls after ``warmup`` untimed ones.
 

@@ -153,6 +153,15 @@ def load_async_runtime() -> str:
     return str(path)
 
 
+def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array of ``shape``."""
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
 class _Descriptor:
     """Memref descriptor structs, one ctypes class per (rank, element size)."""
 
@@ -245,15 +254,39 @@ class CpuProgram:
         arrays = (*inputs, *outputs)
         with self._lock:
             if self._call_slots is None:
-                descriptors = [_Descriptor.of(a) for a in arrays]
-                pointers = [ctypes.pointer(d) for d in descriptors]
-                packed = (ctypes.c_void_p * len(pointers))(*[ctypes.addressof(p) for p in pointers])
-                self._call_slots = (descriptors, pointers, packed)
+                self._call_slots = self._slots(arrays)
             descriptors, _, packed = self._call_slots
             for d, a in zip(descriptors, arrays):
                 d.allocated = d.aligned = a.ctypes.data
             self._func(packed)
         return outputs
+
+    def call_pointers(self, pointers: Sequence[int]) -> None:
+        """Run once on raw data addresses, one per input then one per output in the
+        signature's order, each a C-contiguous buffer of the signature's shape and dtype:
+        the torch backend's per-call path, which passes tensors' ``data_ptr()`` and makes
+        no numpy arrays. Unchecked (the caller checks): a wrong buffer is a wild access."""
+        with self._lock:
+            if self._call_slots is None:
+                self._call_slots = self._slots()
+            descriptors, _, packed = self._call_slots
+            for d, p in zip(descriptors, pointers):
+                d.allocated = d.aligned = p
+            self._func(packed)
+
+    def _slots(self, arrays: Sequence[np.ndarray] | None = None) -> tuple:
+        """One descriptor per argument (shapes and strides of the signature, contiguous),
+        the pointers to them and the packed array the C interface takes."""
+        if arrays is None:  # shapes only: a 1-element buffer seen at each signature shape
+            specs = [(tuple(s.shape), s.dtype) for s in (*self.signature.inputs,
+                                                         *self.signature.outputs)]
+            arrays = [np.lib.stride_tricks.as_strided(
+                np.empty(1, dtype), shape, _contiguous_strides(shape, np.dtype(dtype).itemsize))
+                for shape, dtype in specs]
+        descriptors = [_Descriptor.of(a) for a in arrays]
+        pointers = [ctypes.pointer(d) for d in descriptors]
+        packed = (ctypes.c_void_p * len(pointers))(*[ctypes.addressof(p) for p in pointers])
+        return descriptors, pointers, packed
 
     def __del__(self) -> None:
         # A worker of the async runtime may still be returning through this program's
