@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from .indexing import op_of
+
 
 def leading_reductions(iterators) -> int:
     """How many leading loops a generic reduces when all its reduction loops come before
@@ -34,7 +36,7 @@ def why_not_atomic_sum(op: ir.Operation) -> str | None:
     if not isinstance(acc.type, ir.F32Type):
         return f"a sum of {acc.type} (float atomics add f32)"
     yielded = list(block.operations)[-1].operands[0]
-    comb = _op(yielded.owner)
+    comb = op_of(yielded)
     if comb is None or comb.name != "arith.addf" or acc not in list(comb.operands):
         return "a column reduction that is not a sum"
     if list(comb.operands).count(acc) != 1 or len(list(acc.uses)) != 1:
@@ -47,7 +49,7 @@ def why_not_atomic_sum(op: ir.Operation) -> str | None:
 def starts_at_zero(init: ir.Value) -> bool:
     """Whether a reduction's init tensor is a fill of the constant +0.0: ``linalg.fill``, or
     the ``linalg.generic`` it generalizes to (a scalar input its body yields)."""
-    fill = _op(init.owner)
+    fill = op_of(init)
     if fill is None or fill.name not in ("linalg.fill", "linalg.generic"):
         return False
     scalar = fill.operands[0]
@@ -56,7 +58,7 @@ def starts_at_zero(init: ir.Value) -> bool:
         if (len(fill.operands) != 2 or isinstance(scalar.type, ir.ShapedType) or len(body) != 1
                 or list(body[0].operands) != [fill.regions[0].blocks[0].arguments[0]]):
             return False
-    c = _op(scalar.owner)
+    c = op_of(scalar)
     if c is None or c.name != "arith.constant":
         return False
     attr = c.attributes["value"]
@@ -66,12 +68,6 @@ def starts_at_zero(init: ir.Value) -> bool:
         except ValueError:
             return False
     return float(attr.value) == 0.0 and not str(attr).lstrip().startswith("-")
-
-
-def _op(owner) -> ir.Operation | None:
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner
 
 
 __all__ = ["leading_reductions", "starts_at_zero", "why_not_atomic_sum"]

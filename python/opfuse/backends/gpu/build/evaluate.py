@@ -295,7 +295,7 @@ class Evaluator(PayloadEvaluation):
         kb = self.kb
         flat = linearize(idx, leaf.shape)
         kind = ir.Attribute.parse("0 : i64", self.ctx)  # arith::AtomicRMWKind::addf
-        lanes = 1 if self.lanes == 1 else self.lanes
+        lanes = self.lanes
         vec = self.as_vector(val) if lanes > 1 else val.ssa
         for lane in range(lanes):
             addr = kb.apply(flat if lanes == 1 else flat.compose(self._lane_map(lane)))

@@ -57,9 +57,9 @@ def launch_1d(group: Group, module: ir.Module, name: str, threads: int) -> Launc
 def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     # column sums of the loop's values (opfuse-fuse-column-sums) are added in, each
     # element where the thread computes it: column_sums.py
-    sums = {o.index: op_of(o.value) for o in group.outputs
-            if op_of(o.value) is not None and op_of(o.value).name == "linalg.generic"
-            and is_partial_sum(op_of(o.value))}
+    ops = {o.index: op_of(o.value) for o in group.outputs}
+    sums = {i: op for i, op in ops.items()
+            if op is not None and op.name == "linalg.generic" and is_partial_sum(op)}
     outs = [o for o in group.outputs if o.index not in sums]
     require(bool(outs), "no outputs")
     sizes = {numel(o.shape) for o in outs}
