@@ -44,7 +44,7 @@ def _has_reduction(g: Group) -> bool:
 
 def _compatible(p: Group, c: Group, options: Options) -> str | None:
     """None when p may join c; otherwise why not."""
-    roots = ("output", "conv", "scan", "opaque")
+    roots = ("output", "conv", "scan", "scatter", "opaque")
     if c.kind in roots or p.kind in roots:
         return f"a {p.kind if p.kind in roots else c.kind} group is not fused here"
     if _has_reduction(c) and not _has_reduction(p):

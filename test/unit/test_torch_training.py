@@ -260,16 +260,59 @@ def test_nll_loss_decompositions(reduction, weighted):
     torch.testing.assert_close(got, logits.grad)
 
 
+class _EmbeddingGrad(nn.Module):
+    def __init__(self, rows: int, padding_idx: int):
+        super().__init__()
+        self.rows, self.padding_idx = rows, padding_idx
+
+    def forward(self, grad, ids):
+        return torch.ops.aten.embedding_dense_backward(grad, ids, self.rows, self.padding_idx,
+                                                       False)
+
+
 @pytest.mark.parametrize("padding_idx", [-1, 0])
-def test_embedding_backward_decomposition(padding_idx):
+def test_embedding_backward_is_one_scatter_kernel_matching_autograd(padding_idx):
+    """``embedding_dense_backward`` stays whole (the table keeps it from core ATen's
+    ``index_put``) and imports as the builder's scatter_add: one ``scatter`` kernel, the
+    gradient equal to autograd's (repeated ids, the padding row left zero)."""
     torch.manual_seed(0)
     ids = torch.tensor([[0, 3, 3, 7], [1, 0, 7, 7]])
     table = torch.randn(9, 5, requires_grad=True)
     out = F.embedding(ids, table, padding_idx=None if padding_idx < 0 else padding_idx)
     g = torch.randn_like(out)
     out.backward(g)
-    got = bd.embedding_dense_backward(g, ids, 9, padding_idx, False)
-    torch.testing.assert_close(got, table.grad)
+    assert bd.embedding_dense_backward(g, ids, 9, padding_idx, False) is NotImplemented
+    fast = opfuse.torch.compile(_EmbeddingGrad(9, padding_idx), (g, ids), backend="cpu")
+    got = fast(g, ids)
+    assert fast.report["eager"] == []
+    assert [k["kind"] for p in fast.report["partitions"] for k in p["report"]["kernels"]] \
+        == ["scatter"]
+    torch.testing.assert_close(got, table.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_a_large_vocabulary_embedding_trains_without_eager_ops():
+    """GPT-2's vocabulary (50257 rows): the gradient is a scatter kernel (each token's
+    gradient read once), not an eager ``index_put`` and not a one-hot matmul."""
+    torch.manual_seed(0)
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(50257, 16)
+            self.out = nn.Linear(16, 3)
+
+        def forward(self, ids):
+            return self.out(torch.tanh(self.embed(ids)))
+
+    ids = torch.randint(0, 50257, (2, 24))
+    ids[0, :6] = ids[0, 0]  # a repeated id: its row sums six gradients
+    _, _, got, want, messages, graphs = _train_step(
+        Tagger(), lambda y: y.square().mean(), {"ids": ids})
+    _assert_compiled(messages, graphs)
+    _assert_grads_match(got, want)
+    kinds = [k["kind"] for g in graphs for p in g.report["backward"]["partitions"]
+             for k in p["report"]["kernels"]]
+    assert "scatter" in kinds and graphs[0].report["eager"] == []
 
 
 # --------------------------------------------------------------------------- the decision

@@ -506,7 +506,8 @@ class Planner:
 def _merged_domain(p: Group, c: Group) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """A group iterates over the domain of its contraction, else of its reductions, else of
     its consumer side (an injective producer adapts to the consumer's domain)."""
-    for kind in (OpKind.CONTRACTION, OpKind.CONVOLUTION, OpKind.REDUCTION, OpKind.SCAN):
+    for kind in (OpKind.CONTRACTION, OpKind.CONVOLUTION, OpKind.REDUCTION, OpKind.SCAN,
+                 OpKind.SCATTER):
         for side in (c, p):
             if kind in side.kinds:
                 return side.domain, side.row_domain if side.row_domain is not None else (p.row_domain or c.row_domain)

@@ -22,7 +22,7 @@ from mlir.passmanager import PassManager
 
 from ..errors import OpfuseError
 from ..ir import format_location, walk_nested
-from . import scan
+from . import scan, scatter
 
 
 class OpKind(str, enum.Enum):
@@ -35,6 +35,7 @@ class OpKind(str, enum.Enum):
     CONTRACTION = "contraction"  # matmul-like: multiply-accumulate over reduction dims
     CONVOLUTION = "convolution"  # multiply-accumulate over a sliding window (linalg.conv_*)
     SCAN = "scan"  # a running sum along one dim (cumsum written as a triangular reduction)
+    SCATTER = "scatter"  # rows summed by an index (a one-hot reduction: an embedding's gradient)
     OPAQUE = "opaque"  # anything else: stays a kernel of its own
     FREE = "free"  # constants, tensor.empty, linalg.fill: folded into every user, never a kernel
 
@@ -146,6 +147,12 @@ class OpInfo:
     def flops(self) -> int:
         if self.kind == OpKind.SCAN:  # one add per element, not per point of the triangle
             return self.flops_per_point * (self.points // max(1, self.domain[-1]))
+        if self.kind == OpKind.SCATTER:  # once per update, not per row it is compared with
+            read = {p for m in self.input_maps if m is not None for p in _map_dims(m)}
+            rows = 1
+            for d, size in enumerate(self.domain):
+                rows *= 1 if d in read else size
+            return self.flops_per_point * (self.points // max(1, rows))
         return self.flops_per_point * self.points
 
 
@@ -432,6 +439,8 @@ def _kind_of_generic(op: ir.Operation, g: ir.Operation, info: OpInfo,
         names = {name for name, _, _ in info.payload.ops}
         if scan.BODY_OPS <= names and scan.recognize(g) is not None:
             return OpKind.SCAN
+        if scatter.BODY_OPS <= names and scatter.recognize(g) is not None:
+            return OpKind.SCATTER
         return OpKind.REDUCTION
     if not all(m.is_permutation for m in info.output_maps):
         return OpKind.OPAQUE

@@ -38,6 +38,7 @@ from . import grain as cpu_grain
 from . import math as cpu_math
 from . import matmul as cpu_matmul
 from . import reductions as cpu_reductions
+from . import scatter as cpu_scatter
 from . import threads as cpu_threads
 from . import tiling as cpu_tiling
 from .kernels import (  # noqa: F401  (re-exported: the tests and tools use them here)
@@ -113,6 +114,10 @@ def lowering_stages(threads: int = 1) -> list[Stage]:
         # A tile's small scratch buffers onto the stack, saved and restored per iteration
         # (after deallocation: its canonicalization would move the allocas).
         Stage("stack-scratch", cpu_buffers.stack_scratch),
+        # Scatter-adds (an embedding's gradient) as one visit per update, added into the
+        # row its index picks (scatter.py), not the one-hot reduction they are written as:
+        # before the reductions' rewrite, which would take them for a row reduction.
+        Stage("scatters", cpu_scatter.lower_scatters),
         # Row reductions with their accumulator in a vector register (reductions.py):
         # convert-linalg-to-loops would load and store it in every iteration.
         Stage("reductions", cpu_reductions.lower_reductions),

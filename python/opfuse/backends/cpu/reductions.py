@@ -111,7 +111,7 @@ def _uses_only(expr: ir.AffineExpr, n_dims: int) -> bool:
     return False
 
 
-def _loop_bounds(op: ir.Operation, maps: list[ir.AffineMap]) -> list[ir.Value]:
+def loop_bounds(op: ir.Operation, maps: list[ir.AffineMap]) -> list[ir.Value]:
     """Upper bound of each loop: a dimension of an operand indexed by that loop alone."""
     n = maps[0].n_dims
     bounds: list[ir.Value | None] = [None] * n
@@ -129,7 +129,7 @@ def _loop_bounds(op: ir.Operation, maps: list[ir.AffineMap]) -> list[ir.Value]:
     return bounds  # type: ignore[return-value]
 
 
-def _indices(amap: ir.AffineMap, ivs: list[ir.Value]) -> list[ir.Value]:
+def map_indices(amap: ir.AffineMap, ivs: list[ir.Value]) -> list[ir.Value]:
     out = []
     for e in amap.results:
         if isinstance(e, ir.AffineDimExpr):
@@ -157,7 +157,7 @@ def _lower(op: ir.Operation) -> None:
         with ip:
             zero = arith.constant(index, 0)
             one = arith.constant(index, 1)
-            bounds = _loop_bounds(op, maps)
+            bounds = loop_bounds(op, maps)
         ivs: list[ir.Value] = []
         for d in range(n_par):  # the parallel loops, nested
             with ip:
@@ -167,7 +167,7 @@ def _lower(op: ir.Operation) -> None:
             ivs.append(loop.induction_variable)
             ip = ir.InsertionPoint(terminator)
         with ip:
-            carried = [memref.load(o, _indices(m, ivs)) for o, m in zip(outs, maps[n_in:])]
+            carried = [memref.load(o, map_indices(m, ivs)) for o, m in zip(outs, maps[n_in:])]
         store_ip = ip
         start = {}
         vplan = _vector_plan(op, maps, n_par, n_in) if len(its) == n_par + 1 else None
@@ -183,7 +183,7 @@ def _lower(op: ir.Operation) -> None:
             carried = list(loop.inner_iter_args)
             ip = ir.InsertionPoint(loop.body)
         with ip:
-            loads = [memref.load(v, _indices(m, ivs)) for v, m in zip(ins, maps[:n_in])]
+            loads = [memref.load(v, map_indices(m, ivs)) for v, m in zip(ins, maps[:n_in])]
             inner_yield = scf.YieldOp(list(old_yield.operands))
         # the generic's body moves into the innermost loop, its arguments now values
         for arg, value in zip(list(body.arguments), loads + carried):
@@ -199,7 +199,7 @@ def _lower(op: ir.Operation) -> None:
                 scf.YieldOp(list(inner_loop.results))
         with store_ip:
             for value, o, m in zip(reductions[0].results, outs, maps[n_in:]):
-                memref.store(value, o, _indices(m, ivs[:n_par]))
+                memref.store(value, o, map_indices(m, ivs[:n_par]))
     _mark_reassoc(reductions[-1])
     op.erase()
 
@@ -294,7 +294,7 @@ def _vector_loop(plan: _VectorPlan, op: ir.Operation, maps, ivs, bound, inits):
     invariant: dict = {}
     for k, (v, amap) in enumerate(zip(list(op.operands)[:n_in], maps[:n_in])):
         if plan.inputs[k] == "invariant":
-            invariant[k] = memref.load(v, _indices(amap, ivs))
+            invariant[k] = memref.load(v, map_indices(amap, ivs))
     vinits = []
     for comb, init in zip(plan.combiners, inits):
         kind, ident = _COMBINERS[comb.name]
@@ -308,7 +308,7 @@ def _vector_loop(plan: _VectorPlan, op: ir.Operation, maps, ivs, bound, inits):
             if plan.inputs[k] == "invariant":
                 vmap[args[k]] = vector.broadcast(vt(args[k].type), invariant[k])
             else:
-                vmap[args[k]] = vector.load(vt(args[k].type), v, _indices(amap, ivs + [j]))
+                vmap[args[k]] = vector.load(vt(args[k].type), v, map_indices(amap, ivs + [j]))
 
         def vec(value: ir.Value) -> ir.Value:
             if value not in vmap:  # defined outside the body: the same in every lane

@@ -22,6 +22,8 @@ computed once); opfuse chooses what to tile and which producers join (:func:`pla
   transposed weight) would be recomputed once per tile, so it stays before the loop;
   producers whose result the kernel also returns stay outside too (fusing would compute
   them twice).
+* a kernel with a scatter-add (an embedding's gradient) is not tiled: its rows are picked
+  by the data, so a tile of rows would visit every update (``scatter.py`` lowers it).
 
 Each kernel is tiled in a scratch module, so a kernel upstream cannot tile keeps its
 untiled form (correct, one loop nest per op) instead of failing the compile.
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
+from ...analysis import scatter
 from ...errors import OpfuseError
 from .kernels import kernel_functions
 from .pipeline import apply_transform_script
@@ -117,6 +120,8 @@ def plan(func: ir.Operation) -> Plan | None:
     tileable root."""
     block = func.regions[0].blocks[0]
     ops = [o.operation for o in block.operations]
+    if any(scatter.recognize(o) is not None for o in ops if o.name == "linalg.generic"):
+        return None  # its row loop is data-dependent: tiles of rows would each visit every update
     ret = ops[-1]
     returned = [v for v in ret.operands]
     root = None

@@ -19,6 +19,7 @@ output    wgmma (matmul=wgmma on sm_90a: warpgroup MMA), mma (tensor cores, cp.a
 attention attention_mma (f16/bf16 tensor cores), attention (SIMT), fallback
 conv      conv (direct convolution, channels x columns per thread), fallback
 scan      scan (warp/block scan per row: shuffles up, warp totals in shared memory), fallback
+scatter   scatter (thread per update, atomic add into the row its index picks), fallback
 columns   columns (thread per kept point walks its column: mean pooling, weight norm), fallback
 horizontal horizontal_wgmma (matmul=wgmma), horizontal_mma (one tensor-core kernel over the siblings' N ranges), horizontal (SIMT), fallback
 opaque    fallback (grid-stride loop)
@@ -51,6 +52,7 @@ from .emit.matmul_wgmma import emit_wgmma
 from ..options import CodegenOptions
 from .emit.rows import emit_rows
 from .emit.scan import emit_scan
+from .emit.scatter import emit_scatter
 
 EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
     "loop": emit_loop,
@@ -62,6 +64,7 @@ EMITTERS: dict[str, Callable[[Group, ir.Module, str], KernelBuilder]] = {
     "attention": emit_attention,
     "conv": emit_conv,
     "scan": emit_scan,
+    "scatter": emit_scatter,
     "columns": emit_columns,
     "horizontal_wgmma": emit_horizontal_wgmma,
     "horizontal_mma": emit_horizontal_mma,

@@ -1,5 +1,6 @@
 """Gathers of the builder ``Graph``: ``take`` (the one primitive), and ``embedding``,
-``gather``, ``index`` and ``index_select`` written with it.
+``gather``, ``index`` and ``index_select`` written with it; and their transpose,
+``scatter_add`` (an embedding's gradient).
 
 A gather is one ``linalg.generic`` over its result's shape, all iterators parallel: its
 ``ins`` are the integer index tensors (numpy broadcasting in their input maps, like an
@@ -114,6 +115,34 @@ class GatherOps(ElementwiseGenerics):
         shape = (*indices.shape, weight.shape[1])
         rows = (indices, tuple(range(indices.ndim)))  # one id per row of the result
         return self.take(weight, [rows, len(shape) - 1], shape, name=name, default="embedding")
+
+    def scatter_add(self, updates: Tensor, indices: Tensor, rows: int, *, skip: int | None = None,
+                    name: str | None = None) -> Tensor:
+        """Rows summed by an index (``np.add.at``, torch's ``embedding_dense_backward``): the
+        ``(rows, *updates.shape[indices.ndim:])`` tensor whose row ``v`` is the sum of
+        ``updates[t]`` over the positions ``t`` of ``indices`` that hold ``v`` (and not
+        ``skip``, an embedding's ``padding_idx``), in position order; an index outside
+        ``[0, rows)`` adds nothing. f16/bf16 updates are summed in f32, then rounded.
+
+        One ``linalg.generic``: loop ``v`` over the rows (read by no input), the update's
+        trailing dims, and reduction loops over ``indices``; the payload adds the update
+        where ``indices[t] == v`` (``opfuse.analysis.scatter`` recognizes it: a ``scatter``
+        kernel visits each update once)."""
+        updates, indices = self._own(updates), self._own(indices)
+        if indices.dtype not in INDEX_DTYPES:
+            raise OpfuseError(f"scatter_add: indices are integers, got {indices.dtype}")
+        self._float_only("scatter_add", (updates,))
+        k = indices.ndim
+        if tuple(updates.shape[:k]) != tuple(indices.shape):
+            raise OpfuseError(f"scatter_add: updates {updates.shape} do not start with the "
+                              f"indices' shape {indices.shape}")
+        if rows < 1:
+            raise OpfuseError(f"scatter_add: {rows} rows")
+        updates, indices = self._materialize(updates), self._materialize(indices)
+        shape = (rows, *updates.shape[k:])
+        node = self._node("scatter_add", name, shape, self._accumulator(updates),
+                          (updates, indices), skip=skip)
+        return self._round_to(Tensor(self, node, shape), updates.dtype)
 
     def gather(self, x: Tensor, axis: int, index: Tensor, *, name: str | None = None) -> Tensor:
         """``torch.gather``: ``out[p] = x[p with p[axis] replaced by index[p]]``; the result

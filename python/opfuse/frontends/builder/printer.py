@@ -353,6 +353,32 @@ class Printer:
         iterators = ["parallel"] * n + ["reduction"]
         return self._generic(node, [x], maps, iterators, self._init(node, 0), payload)
 
+    def _scatter_add(self, node: _Node) -> str:
+        """Rows summed by an index (``builder_gather.scatter_add``): loops ``(v, w.., t..)``,
+        the update read at ``(t.., w..)``, the index at ``(t..)``, added where it is ``v``."""
+        x, ids = node.args
+        k, width = ids.ndim, len(node.shape) - 1
+        rank = 1 + width + k
+        ts = [1 + width + i for i in range(k)]
+        ws = [1 + i for i in range(width)]
+        maps = [_affine_map(rank, ts + ws), _affine_map(rank, ts), _affine_map(rank, [0, *ws])]
+        t, it = node.dtype, ids.dtype
+
+        def payload(body: _Body, block: list[str], acc: str) -> str:
+            v, i = block
+            if x.dtype != t:  # a half-precision update summed in f32
+                v = body.op(f"arith.extf {v} : {x.dtype} to {t}")
+            row = body.op(f"arith.index_cast {body.op('linalg.index 0 : index')} : index to {it}")
+            hit = body.op(f"arith.cmpi eq, {i}, {row} : {it}")
+            if node.attrs["skip"] is not None:
+                keep = body.op(f"arith.cmpi ne, {i}, {body.const(node.attrs['skip'], it)} : {it}")
+                hit = body.op(f"arith.andi {hit}, {keep} : i1")
+            s = body.op(f"arith.select {hit}, {v}, {body.const(0.0, t)} : {t}")
+            return body.op(f"arith.addf {acc}, {s} : {t}")
+
+        iterators = ["parallel"] * (1 + width) + ["reduction"] * k
+        return self._generic(node, [x, ids], maps, iterators, self._init(node, 0.0), payload)
+
     def _take(self, node: _Node) -> str:
         """A gather (``builder_gather``): index tensors as ins, the source read with
         ``tensor.extract`` at loop indices or at bounded index values."""

@@ -180,6 +180,8 @@ class ReferenceEvaluation(GraphCore):
                 return np.cumsum(vals[0], axis=at["axis"])
             if op == "take":
                 return _take(node, vals)
+            if op == "scatter_add":
+                return _scatter_add(node, vals)
             if op == "reduce":
                 return (np.sum if at["kind"] == "sum" else np.max)(vals[0], axis=at["axes"])
             if op in ("matmul", "batch_matmul"):
@@ -196,3 +198,16 @@ class ReferenceEvaluation(GraphCore):
             if op == "conv":
                 return _conv2d(vals[0], vals[1], at["strides"], at["dilations"], at["groups"])
             return vals[0].reshape(node.shape)  # collapse, expand, reshape
+
+
+def _scatter_add(node: _Node, vals: list[np.ndarray]) -> np.ndarray:
+    """``np.add.at`` of the updates into the rows their indices pick (in position order),
+    indices outside the rows and ``skip`` adding nothing."""
+    updates, ids = vals[0], vals[1].astype(np.int64)
+    rows = node.shape[0]
+    keep = (ids >= 0) & (ids < rows)
+    if node.attrs["skip"] is not None:
+        keep &= ids != node.attrs["skip"]
+    out = np.zeros(node.shape, dtype=np.float64)
+    np.add.at(out, ids[keep], updates[keep].astype(np.float64))
+    return out

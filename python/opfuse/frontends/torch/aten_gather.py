@@ -4,7 +4,7 @@ generic reading through ``tensor.extract``, its indices wrapped if negative and 
 the tensor, so an out-of-range index reads an edge element where torch raises).
 
 ``embedding``'s ``padding_idx``, ``scale_grad_by_freq`` and ``sparse`` change only the
-gradient. A boolean index tensor (``x[mask]``) has a data-dependent shape: not supported
+gradient; the gradient, ``embedding_dense_backward``, is the builder's ``scatter_add``. A boolean index tensor (``x[mask]``) has a data-dependent shape: not supported
 (export makes such a shape dynamic anyway). How rules are written: ``aten_rule``.
 """
 
@@ -29,6 +29,18 @@ def _integers(imp: RuleContext, *indices: Any) -> None:
 def _embedding(imp: RuleContext, weight: Tensor, indices: Tensor, *_: Any, **__: Any) -> Tensor:
     _integers(imp, indices)
     return imp.g.embedding(weight, indices, name=imp.name)
+
+
+@rule("aten.embedding_dense_backward.default")
+def _embedding_dense_backward(imp: RuleContext, grad: Tensor, indices: Tensor, num_weights: int,
+                              padding_idx: int, scale_grad_by_freq: bool) -> Tensor:
+    """The embedding's weight gradient: the output gradients summed into the rows their
+    token ids pick (``Graph.scatter_add``), ``padding_idx``'s row left zero."""
+    _integers(imp, indices)
+    if scale_grad_by_freq:
+        raise imp.unsupported("scale_grad_by_freq (the decomposition table keeps it)")
+    skip = padding_idx if padding_idx >= 0 else None
+    return imp.g.scatter_add(grad, indices, num_weights, skip=skip, name=imp.name)
 
 
 @rule("aten.gather.default")

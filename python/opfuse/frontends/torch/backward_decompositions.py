@@ -10,13 +10,11 @@ These say the same in comparisons, ``where``, float sums and a matmul:
   same value up to 2**24 targets) instead of as an int64 cast afterwards.
 * ``nll_loss_backward``: the one-hot ``scatter`` of -1 at each row's target becomes a
   comparison of the class index (``arange``) with the target.
-* ``embedding_dense_backward``: the gradient of row ``v`` of the table is the sum of the
-  output gradients of the tokens whose id is ``v``: ``onehot(ids)ᵀ @ grad``, a matmul of
-  the (tokens × vocabulary) one-hot comparison with the gradients. That costs
-  tokens × vocabulary × width multiply-adds, where a scatter-add costs tokens × width, so
-  it is used only while the one-hot matrix has at most :data:`ONE_HOT_LIMIT` elements; a
-  larger table (or ``scale_grad_by_freq``) keeps core ATen's decomposition, whose
-  ``index_put`` runs eagerly in PyTorch.
+* ``embedding_dense_backward``: kept whole (``NotImplemented``), so the importer makes it
+  the builder's ``scatter_add`` (the gradient of row ``v`` of the table is the sum of the
+  output gradients of the tokens whose id is ``v``), one ``scatter`` kernel that visits each
+  gradient once. ``scale_grad_by_freq`` (and integer gradients) keep core ATen's
+  decomposition, whose ``index_put`` runs eagerly in PyTorch.
 
 * ``max_pool2d_with_indices_backward``: per window offset, the windows' gradients where
   that offset holds the argmax, spread back to the input with zeros for the stride
@@ -33,9 +31,6 @@ from __future__ import annotations
 from typing import Any
 
 from .aten_conv import _pair
-
-#: The most elements the embedding gradient's one-hot matrix (tokens × vocabulary) may have.
-ONE_HOT_LIMIT = 1 << 22
 
 _MEAN, _SUM = 1, 2  # torch's Reduction enum: none 0, mean 1, sum 2
 
@@ -86,17 +81,11 @@ def embedding_dense_backward(grad_output: Any, indices: Any, num_weights: int,
                              padding_idx: int, scale_grad_by_freq: bool) -> Any:
     import torch
 
-    tokens = indices.numel()
-    if scale_grad_by_freq or tokens * num_weights > ONE_HOT_LIMIT or \
+    if scale_grad_by_freq or \
             grad_output.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return _core(torch.ops.aten.embedding_dense_backward.default)(
             grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
-    ids = indices.reshape(tokens, 1).to(torch.int64)
-    rows = torch.arange(num_weights, device=ids.device).unsqueeze(0)
-    hit = (ids == rows) & (ids != padding_idx)
-    grads = grad_output.reshape(tokens, -1)
-    onehot = hit.to(grads.dtype)
-    return torch.mm(onehot.t(), grads).reshape(num_weights, *grad_output.shape[indices.dim():])
+    return NotImplemented  # whole, to the importer: the builder's scatter_add
 
 
 def _zero_insert(t: Any, stride: list[int]) -> Any:
