@@ -27,6 +27,12 @@ alone. A loop group over the sum's points (GELU's backward, summed into the bias
 of the linear before it) is one too: each thread adds the elements it computes, into a
 sum over any of the loops (a convolution's bias gradient sums N, H and W of an NCHW
 gradient, keeping C).
+
+A scatter-add (an embedding's gradient: ``opfuse.analysis.scatter``) joins the row or loop
+kernel that computes its updates the same way: the updates' flat positions are that
+kernel's points (LayerNorm's backward over the embeddings' ``tokens x width``), and each
+thread adds the update it computed into the row its token id picks, with an f32 atomic
+(``backends/gpu/emit/scatter.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from mlir import ir
 from opfuse.analysis.column_sums import leading_reductions, why_not_atomic_sum
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import OpKind
+from opfuse.analysis.scatter import Scatter, reads_in_update_order, update_loops
+from opfuse.analysis.scatter import recognize as recognize_scatter
 
 from .common import FusionOptions, plan_each_function, shape_str
 
@@ -70,6 +78,14 @@ def _plan(planner: Planner) -> None:
     for g in list(planner.groups()):
         if planner.find(g.gid) != g.gid:
             continue
+        scatter = _scatter(planner, g)
+        if scatter is not None:
+            host = _update_group(planner, g, scatter)
+            if host is not None:
+                kind = host.forced_kind
+                if planner.try_merge(host, g, why=f"scatter-add in the {host.kind} kernel"):
+                    planner.group(host.gid).forced_kind = kind
+            continue
         found = _column_sum(planner, g)
         if found is None:
             continue
@@ -97,16 +113,69 @@ def _column_sum(planner: Planner, g: Group):
     return node, leading_reductions(node.info.iterators)
 
 
+def _scatter(planner: Planner, g: Group) -> Scatter | None:
+    """The scatter-add of ``g`` when ``g`` is a candidate (one scatter-add, any other
+    members views, its result the group's one output)."""
+    if g.kind != "scatter":
+        return None
+    nodes = [planner.graph.nodes[m] for m in g.members]
+    found = [n for n in nodes if n.kind == OpKind.SCATTER]
+    if len(found) != 1 or any(n.kind not in _MOVERS for n in nodes if n is not found[0]):
+        return None
+    if set(g.outputs) != set(found[0].results):
+        return None
+    return recognize_scatter(found[0].op)
+
+
+def _one_producer(planner: Planner, g: Group, what: str) -> Group | None:
+    """The one group whose values ``g`` reads (None, recording why, when there are several;
+    None when there is none)."""
+    producers = planner.producer_groups(g)
+    if len(producers) > 1:
+        planner.refuse(producers[0], g, f"{what} reads values of several kernels")
+    return producers[0] if len(producers) == 1 else None
+
+
+def _update_group(planner: Planner, g: Group, s: Scatter) -> Group | None:
+    """The row or loop group computing ``s``'s updates that ``g`` may join: one producer
+    group, whose points are the updates (a row kernel's rows the index tensor's positions,
+    its columns the width; a loop kernel's points all of them, row-major)."""
+    host = _one_producer(planner, g, "the scatter-add")
+    if host is None or not (host.kind == "input" or host.is_loop):
+        return None  # another kind's results: not this pass's question
+    node = next(planner.graph.nodes[m] for m in g.members
+                if planner.graph.nodes[m].kind == OpKind.SCATTER)
+    if str(ir.ShapedType(node.results[0].type).element_type) != "f32":
+        planner.refuse(host, g, "a scatter-add into f16/bf16 (the atomics add f32)")
+        return None
+    if not reads_in_update_order(s):
+        planner.refuse(host, g, "the scatter-add reads its updates in another order")
+        return None
+    dom = tuple(node.info.domain)
+    loops = update_loops(s)
+    n_t = len(loops) - (len(dom) - list(node.info.iterators).count("reduction") - 1)
+    tokens, width = tuple(dom[d] for d in loops[:n_t]), tuple(dom[d] for d in loops[n_t:])
+    if host.kind == "input":
+        if host.row_domain is None:
+            return None
+        cols = tuple(host.domain[len(host.row_domain):])
+        if math.prod(tokens) != math.prod(host.row_domain) or width != cols:
+            planner.refuse(host, g, f"the scatter-add's updates are {shape_str(tokens)} of "
+                                    f"{shape_str(width)}, not the kernel's "
+                                    f"{shape_str(host.row_domain)} rows of {shape_str(cols)}")
+            return None
+        return host
+    if not host.domain or math.prod(host.domain) != math.prod(tokens + width):
+        planner.refuse(host, g, f"the scatter-add's updates are {shape_str(tokens + width)}, "
+                                f"the loop runs over {shape_str(host.domain)}")
+        return None
+    return host
+
+
 def _row_group(planner: Planner, g: Group, node, reduced: int) -> Group | None:
     """The row group ``g`` may join (recording why not where there is a producer to tell)."""
-    producers = planner.producer_groups(g)
-    if not producers:
-        return None
-    rows = producers[0]
-    if len(producers) > 1:
-        planner.refuse(rows, g, "the column sum reads values of several kernels")
-        return None
-    if not (rows.kind in ("input", "output") or rows.is_loop):
+    rows = _one_producer(planner, g, "the column sum")
+    if rows is None or not (rows.kind in ("input", "output") or rows.is_loop):
         return None  # another kind's results: not this pass's question
     why = why_not_atomic_sum(node.op)
     if why is not None:
@@ -139,7 +208,10 @@ def _row_group(planner: Planner, g: Group, node, reduced: int) -> Group | None:
     else:
         return None  # a row group without rows
     dom = tuple(node.info.domain)
-    if math.prod(dom[:reduced]) != n_rows or dom[reduced:] != cols:
+    # a row kernel's sum may keep some row loops after those it reduces (summed over the
+    # batch, kept per position); a matmul's reduces all of M
+    lead = len(dom) - len(cols) if rows.kind == "input" else reduced
+    if not 0 < reduced <= lead or math.prod(dom[:lead]) != n_rows or dom[lead:] != cols:
         planner.refuse(rows, g, f"the sum reduces {shape_str(dom[:reduced])} of "
                                 f"{shape_str(dom)}, not the kernel's {what} of {shape_str(cols)}")
         return None

@@ -68,10 +68,11 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("scan", "running sum (cumsum)", "#fef9c3", "#a16207", root="scan",
          derived_from="scan", registers="row", emitters=("scan", "fallback")),
     # a one-hot reduction (analysis/scatter.py) visits each element once and adds it into
-    # the row its index picks: atomics on the GPU, in order on the CPU
+    # the row its index picks: atomics on the GPU, in order on the CPU; one that joined a
+    # loop kernel (opfuse-fuse-column-sums) is added by the loop emitter
     Kind("scatter", "scatter-add: rows picked by an index", "#ffe4e6", "#be123c",
          root="scatter", derived_from="scatter", registers="loop",
-         emitters=("scatter", "fallback")),
+         emitters=("scatter", "loop", "fallback")),
     Kind("columns", "column reduction + consumers", "#ccfbf1", "#0f766e", root="reduction",
          forced=True, registers="row", emitters=("columns", "fallback")),
     Kind("horizontal", "sibling matmuls over one LHS", "#fef3c7", "#b45309",
@@ -90,9 +91,10 @@ OPAQUE = "opaque"
 ATTENTION = "attention"
 
 #: Derived kinds, strongest first: a group with an opaque op is ``opaque`` whatever else it
-#: holds, then a scatter-add makes it ``scatter``, a scan ``scan``, a convolution ``conv``,
-#: a contraction ``output``, a reduction ``input``.
-DERIVATION: tuple[str, ...] = ("opaque", "scatter", "scan", "conv", "output", "input")
+#: holds, then a scan makes it ``scan``, a convolution ``conv``, a contraction ``output``,
+#: a reduction ``input``, a scatter-add ``scatter`` (a row kernel a scatter-add joined
+#: stays a row kernel: opfuse-fuse-column-sums).
+DERIVATION: tuple[str, ...] = ("opaque", "scan", "conv", "output", "input", "scatter")
 
 #: The kinds only a pass can give.
 FORCED: tuple[str, ...] = tuple(k.name for k in KINDS.values() if k.forced)

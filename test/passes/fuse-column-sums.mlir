@@ -133,3 +133,71 @@ func.func @linear_bias_gradient(%g: tensor<24x32xf32>, %w: tensor<32x40xf32>) ->
   } -> tensor<40xf32> loc("dbias")
   return %dy, %db : tensor<24x40xf32>, tensor<40xf32>
 }
+
+// -----
+
+// The embeddings' backward (GPT-2's first LayerNorm backward, here x - mean(x) over 2 x 8
+// tokens of 32): its result summed into the token rows by their ids (a scatter-add: the
+// token embedding's gradient) and over the batch (the position embedding's). Both join the
+// row kernel: each thread adds the elements of its row, the scatter at the row its token id
+// picks (when 0 <= id < 50), the batch sum at its position.
+// CHECK-LABEL: kernels: 5 -> 1
+// CHECK: kernel fusion_0_input: kind=input members=5
+// CHECK: fused #{{[0-9]+}} [fuse-column-sums] sub -> dwte: saving
+// CHECK: fused #{{[0-9]+}} [fuse-column-sums] {{.*}} -> dwpe: saving
+// OFF-LABEL: kernels: 5 -> 3
+// OFF: kernel fusion_0_input: kind=input members=3
+// OFF: kernel {{.*}}_scatter: kind=scatter members=1
+// OFF: kernel {{.*}}_columns: kind=columns members=1
+// GPU-LABEL: func.func @fusion_0_input
+// GPU: gpu.shuffle xor
+// GPU: arith.cmpi slt, %{{.*}}, %c50_i64 : i64
+// GPU: scf.if
+// GPU: memref.atomic_rmw addf %{{.*}} : (f32, memref<1600xf32>) -> f32
+// GPU: memref.atomic_rmw addf %{{.*}} : (f32, memref<256xf32>) -> f32
+  func.func @embeddings_backward(%dy: tensor<2x8x32xf32> loc("dy"), %ids: tensor<2x8xi64> loc("ids")) -> (tensor<50x32xf32>, tensor<8x32xf32>) {
+    %0 = tensor.empty() : tensor<2x8xf32> loc("mean.sum")
+    %1 = arith.constant 0.0 : f32 loc("mean.sum")
+    %2 = linalg.fill ins(%1 : f32) outs(%0 : tensor<2x8xf32>) -> tensor<2x8xf32> loc("mean.sum")
+    %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%dy : tensor<2x8x32xf32>) outs(%2 : tensor<2x8xf32>) {
+    ^bb0(%4: f32, %5: f32):
+      %6 = arith.addf %4, %5 : f32
+      linalg.yield %6 : f32
+    } -> tensor<2x8xf32> loc("mean.sum")
+    %7 = tensor.empty() : tensor<2x8xf32> loc("mean.mul")
+    %8 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%3 : tensor<2x8xf32>) outs(%7 : tensor<2x8xf32>) {
+    ^bb0(%9: f32, %10: f32):
+      %11 = arith.constant 0.03125 : f32
+      %12 = arith.mulf %9, %11 : f32
+      linalg.yield %12 : f32
+    } -> tensor<2x8xf32> loc("mean.mul")
+    %13 = tensor.empty() : tensor<2x8x32xf32> loc("sub")
+    %14 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%dy, %8 : tensor<2x8x32xf32>, tensor<2x8xf32>) outs(%13 : tensor<2x8x32xf32>) {
+    ^bb0(%15: f32, %16: f32, %17: f32):
+      %18 = arith.subf %15, %16 : f32
+      linalg.yield %18 : f32
+    } -> tensor<2x8x32xf32> loc("sub")
+    %19 = tensor.empty() : tensor<50x32xf32> loc("dwte")
+    %20 = arith.constant 0.0 : f32 loc("dwte")
+    %21 = linalg.fill ins(%20 : f32) outs(%19 : tensor<50x32xf32>) -> tensor<50x32xf32> loc("dwte")
+    %22 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>, affine_map<(d0, d1, d2, d3) -> (d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%14, %ids : tensor<2x8x32xf32>, tensor<2x8xi64>) outs(%21 : tensor<50x32xf32>) {
+    ^bb0(%23: f32, %24: i64, %25: f32):
+      %26 = linalg.index 0 : index
+      %27 = arith.index_cast %26 : index to i64
+      %28 = arith.cmpi eq, %24, %27 : i64
+      %29 = arith.constant 0.0 : f32
+      %30 = arith.select %28, %23, %29 : f32
+      %31 = arith.addf %25, %30 : f32
+      linalg.yield %31 : f32
+    } -> tensor<50x32xf32> loc("dwte")
+    %32 = tensor.empty() : tensor<8x32xf32> loc("dwpe")
+    %33 = arith.constant 0.0 : f32 loc("dwpe")
+    %34 = linalg.fill ins(%33 : f32) outs(%32 : tensor<8x32xf32>) -> tensor<8x32xf32> loc("dwpe")
+    %35 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%14 : tensor<2x8x32xf32>) outs(%34 : tensor<8x32xf32>) {
+    ^bb0(%36: f32, %37: f32):
+      %38 = arith.addf %36, %37 : f32
+      linalg.yield %38 : f32
+    } -> tensor<8x32xf32> loc("dwpe")
+    return %22, %35 : tensor<50x32xf32>, tensor<8x32xf32>
+  } loc("embeddings_backward")
+

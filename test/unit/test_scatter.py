@@ -23,7 +23,7 @@ from opfuse.builder import Graph
 from opfuse.ir import make_context, parse_module
 from opfuse.testing.emulator import emulate
 
-from test_codegen_common import compile_cpu
+from test_codegen_common import as_tuple, compile_cpu
 
 RNG = np.random.default_rng(0)
 
@@ -159,3 +159,56 @@ def test_only_a_one_hot_sum_is_a_scatter(pred, false, xmap, kind):
     np.testing.assert_allclose(exe(X, ids), want, rtol=1e-6, atol=1e-6)
     got = emulate.run_program(compile_module(exe._source, lower=False), [X, ids])[0]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _run_everywhere(g, args, want, kinds):
+    """CPU fused and unfused, and the emulated kernels, against ``want``; the fused
+    kernels' kinds are ``kinds``."""
+    fused = compile_cpu(g)
+    assert [k["kind"] for k in fused.report["kernels"]] == kinds
+    for exe in (fused, compile_cpu(g, fusion=False)):
+        for got, w in zip(as_tuple(exe(*args)), want):
+            np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+    program = compile_module(fused._source, lower=False)
+    for got, w in zip(emulate.run_program(program, list(args)), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+    return program
+
+
+def test_embedding_gradients_join_the_row_kernel_that_computes_them():
+    """GPT-2's embeddings' backward in small: a row kernel (x - mean(x) over 2 x 8 tokens of
+    33: a tail past the vector width), its result scattered into the token rows and summed
+    over the batch (the position gradient): one kernel, adding both atomically."""
+    g = Graph("embeddings_backward")
+    dy = g.input("dy", (2, 8, 33))
+    ids = g.input("ids", (2, 8), "i64")
+    dx = g.sub(dy, g.mean(dy, -1, keepdims=True))
+    g.output(g.scatter_add(dx, ids, 50, name="dwte"))
+    g.output(g.sum(dx, 0, name="dwpe"))
+    DY = RNG.standard_normal((2, 8, 33)).astype(np.float32)
+    I = RNG.integers(-1, 51, (2, 8))
+    I[1, :4] = I[0, 0]
+    DX = DY - DY.mean(-1, keepdims=True)
+    program = _run_everywhere(g, (DY, I), (_loop(DX, I, 50, None), DX.sum(0)), ["input"])
+    (spec,) = program.kernels.values()
+    assert spec.emitter == "rows" and spec.zeroed == (0, 1)
+
+
+def test_a_scatter_takes_the_loop_kernel_of_its_updates():
+    """Elementwise updates (a GELU-like backward) feeding a scatter: read once, one kernel;
+    where the loop's result is returned too, the loop kernel adds each element it computes."""
+    for returned in (False, True):
+        g = Graph("tanh_backward")
+        dy = g.input("dy", (6, 5, 16))
+        ids = g.input("ids", (6, 5), "i64")
+        u = g.mul(g.tanh(dy), 2.0)
+        g.output(g.scatter_add(u, ids, 9, skip=2))
+        if returned:
+            g.output(u)
+        DY = RNG.standard_normal((6, 5, 16)).astype(np.float32)
+        I = RNG.integers(0, 9, (6, 5))
+        U = (np.tanh(DY.astype(np.float64)) * 2).astype(np.float32)
+        want = (_loop(U, I, 9, 2), U) if returned else (_loop(U, I, 9, 2),)
+        program = _run_everywhere(g, (DY, I), want, ["scatter"])
+        (spec,) = program.kernels.values()
+        assert spec.emitter == ("loop" if returned else "scatter"), program.notes

@@ -49,8 +49,8 @@ class Group:
     @property
     def kind(self) -> str:
         """The kind a pass gave it (``attention``), else the one its op classes derive
-        (:data:`opfuse.kinds.DERIVATION`: ``opaque``, ``scatter``, ``scan``, ``conv``,
-        ``output``, ``input``, else ``loop``)."""
+        (:data:`opfuse.kinds.DERIVATION`: ``opaque``, ``scan``, ``conv``, ``output``,
+        ``input``, ``scatter``, else ``loop``)."""
         if self.forced_kind is not None:
             return self.forced_kind
         for op_class, kind in _DERIVATION:

@@ -115,6 +115,28 @@ def recognize(op: ir.Operation) -> Scatter | None:
     return Scatter(op, dim, cmp_op, index_operand, comb, element_operand, rows)
 
 
+def update_loops(s: Scatter) -> list[int]:
+    """The loops of an update's point in the order the updates are laid out: the reduction
+    loops (the index tensor's), then the other parallel loops (the width)."""
+    its = [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(s.op.attributes["iterator_types"])]
+    return ([d for d, it in enumerate(its) if it == "reduction"]
+            + [d for d, it in enumerate(its) if it == "parallel" and d != s.dim])
+
+
+def reads_in_update_order(s: Scatter) -> bool:
+    """Every input is read at ``(t.., w..)`` in :func:`update_loops` order, or (the index)
+    at ``(t..)``: the updates' flat position is the kernel's point, row-major, so a kernel
+    that computes them can add each one where it computes it."""
+    order = update_loops(s)
+    n_t = len(order) - sum(1 for d in order if d in _dims(_out_map(s)))
+    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(s.op.attributes["indexing_maps"])]
+    return all(_dims(m) in (order, order[:n_t]) for m in maps[:-1])
+
+
+def _out_map(s: Scatter) -> ir.AffineMap:
+    return ir.AffineMapAttr(list(ir.ArrayAttr(s.op.attributes["indexing_maps"]))[-1]).value
+
+
 def _uses(v: ir.Value, block: ir.Block) -> int:
     return sum(1 for o in block.operations for x in o.operands if x == v)
 
@@ -186,4 +208,4 @@ def _independent_of(v: ir.Value, dim: int, acc: ir.Value, block: ir.Block) -> bo
     return True
 
 
-__all__ = ["BODY_OPS", "Scatter", "recognize"]
+__all__ = ["BODY_OPS", "Scatter", "reads_in_update_order", "recognize", "update_loops"]

@@ -22,8 +22,9 @@ computed once); opfuse chooses what to tile and which producers join (:func:`pla
   transposed weight) would be recomputed once per tile, so it stays before the loop;
   producers whose result the kernel also returns stay outside too (fusing would compute
   them twice).
-* a kernel with a scatter-add (an embedding's gradient) is not tiled: its rows are picked
-  by the data, so a tile of rows would visit every update (``scatter.py`` lowers it).
+* a scatter-add (an embedding's gradient) is neither the root nor a producer in the loop:
+  its rows are picked by the data, so a tile of rows would visit every update; it runs
+  after the loop (``scatter.py`` lowers it).
 
 Each kernel is tiled in a scratch module, so a kernel upstream cannot tile keeps its
 untiled form (correct, one loop nest per op) instead of failing the compile.
@@ -120,14 +121,13 @@ def plan(func: ir.Operation) -> Plan | None:
     tileable root."""
     block = func.regions[0].blocks[0]
     ops = [o.operation for o in block.operations]
-    if any(scatter.recognize(o) is not None for o in ops if o.name == "linalg.generic"):
-        return None  # its row loop is data-dependent: tiles of rows would each visit every update
     ret = ops[-1]
     returned = [v for v in ret.operands]
     root = None
     for v in reversed(returned):
         owner = v.owner
-        if not isinstance(owner, ir.Block) and owner.name.startswith("linalg.") and structured_maps(owner):
+        if (not isinstance(owner, ir.Block) and owner.name.startswith("linalg.")
+                and structured_maps(owner) and not _is_scatter(owner.operation)):
             root = owner.operation
             break
     if root is None:
@@ -165,6 +165,13 @@ def plan(func: ir.Operation) -> Plan | None:
     return Plan(root, tuple(tiles), tuple(producers))
 
 
+def _is_scatter(op: ir.Operation) -> bool:
+    """A scatter-add (``analysis.scatter``): never tiled, never in a tile loop (its rows
+    are picked by the data: a tile of rows would visit every update); it runs after the
+    loop, on what the loop computed (``scatter.py`` lowers it)."""
+    return op.name == "linalg.generic" and scatter.recognize(op) is not None
+
+
 def _reads_a_contraction(op: ir.Operation) -> bool:
     """An epilogue: some operand is (through elementwise ops) the result of a matmul."""
     seen = set()
@@ -188,7 +195,8 @@ def _fusable_producers(ops: list[ir.Operation], root: ir.Operation,
     chosen: list[ir.Operation] = []
     in_loop = {root}
     for op in reversed(ops):
-        if op == root or not op.name.startswith("linalg.") or len(op.results) == 0:
+        if op == root or not op.name.startswith("linalg.") or len(op.results) == 0 \
+                or _is_scatter(op):
             continue
         maps = structured_maps(op)
         if maps is None:

@@ -26,7 +26,7 @@ rows first (in registers or shared memory, one atomic per column per block) is n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlir import ir
 
@@ -41,7 +41,7 @@ class ColumnSum:
     op: ir.Operation  # the linalg.generic
     combine: ir.Operation  # its arith.addf
     x_operand: int  # which operand of ``combine`` is the element
-    rows: tuple[int, ...]  # the sizes of its leading reduced loops (when all lead)
+    rows: tuple[int, ...]  # the sizes of its leading reduced loops (a row kernel's: its row loops)
     kept: tuple[int, ...]  # its parallel loops, in the order its result is indexed
 
     @property
@@ -88,16 +88,20 @@ def partial_sum(op: ir.Operation) -> ColumnSum:
 
 
 def column_sum(op: ir.Operation, n_rows: int, cols: tuple[int, ...]) -> ColumnSum:
-    """``op`` as a column sum of a kernel over ``n_rows`` rows of ``cols`` (its leading
-    loops reduced, its result indexed by the others in order)."""
+    """``op`` as a column sum of a kernel over ``n_rows`` rows of ``cols``: its loops are
+    the rows' (in a shape of their own) then ``cols``, its leading loops reduced (all the
+    row loops, or the first of them: GPT-2's position-embedding gradient sums a
+    ``batch x positions`` row kernel over the batch), its result indexed by the others in
+    order. ``rows`` of the result: the sizes of the sum's row loops."""
     dom = tuple(generic_domain(op))
     p = leading_reductions(iterators_of(op))
-    require(p > 0 and math.prod(dom[:p]) == n_rows and dom[p:] == cols,
+    k = len(dom) - len(cols)
+    require(0 < p <= k and math.prod(dom[:k]) == n_rows and dom[k:] == cols,
             f"a column sum over {list(dom)}, not over the kernel's {n_rows} rows of "
             f"{list(cols)}")
     cs = partial_sum(op)
     require(cs.kept == tuple(range(p, len(dom))), "a column sum whose result is not its kept loops")
-    return cs
+    return replace(cs, rows=dom[:k])
 
 
 def add_at(kb: KernelBuilder, ev: Evaluator, group: Group, cs: ColumnSum, out,

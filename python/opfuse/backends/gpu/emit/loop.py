@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 from mlir import ir
 
+from ....analysis.scatter import reads_in_update_order, update_loops
+from ....analysis.scatter import recognize as recognize_scatter
 from ..build.evaluate import Evaluator, generic_domain, op_of
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, delinearize, numel, vector_width
@@ -58,9 +60,12 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     # column sums of the loop's values (opfuse-fuse-column-sums) are added in, each
     # element where the thread computes it: column_sums.py
     ops = {o.index: op_of(o.value) for o in group.outputs}
-    sums = {i: op for i, op in ops.items()
-            if op is not None and op.name == "linalg.generic" and is_partial_sum(op)}
-    outs = [o for o in group.outputs if o.index not in sums]
+    # scatter-adds (an embedding's gradient) too, each update added into its row: scatter.py
+    scatters = {i: s for i, op in ops.items() if op is not None and op.name == "linalg.generic"
+                for s in [recognize_scatter(op)] if s is not None}
+    sums = {i: op for i, op in ops.items() if i not in scatters
+            and op is not None and op.name == "linalg.generic" and is_partial_sum(op)}
+    outs = [o for o in group.outputs if o.index not in sums and o.index not in scatters]
     require(bool(outs), "no outputs")
     sizes = {numel(o.shape) for o in outs}
     require(len(sizes) == 1, "outputs of different sizes")
@@ -80,6 +85,16 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         # a vector's lanes are consecutive points of the sum's innermost loop (each lane
         # adds on its own: into one element where that loop is reduced)
         lanes = min(lanes, vector_width(ir.F32Type.get(module.context), dom[-1]))
+    from .scatter import add_update  # (scatter.py builds on this module's launch_1d)
+
+    updates = {}
+    for i, s in scatters.items():
+        dom = tuple(generic_domain(s.op))
+        shape = tuple(dom[d] for d in update_loops(s))
+        require(reads_in_update_order(s) and numel(shape) == n,
+                f"a scatter-add of {list(shape)} updates, not the loop's {list(primary.shape)}")
+        updates[i] = (s, shape)
+        lanes = min(lanes, vector_width(ir.F32Type.get(module.context), shape[-1]))
     launch = launch_1d(group, module, name, -(-n // lanes))
     kb = launch.kb
     first = kb.apply(launch.index * lanes)
@@ -96,6 +111,10 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
                 cs = column[o.index]
                 point = tuple(delinearize(d0, tuple(generic_domain(cs.op))))
                 add_at(kb, ev, group, cs, o, point, cs.at(point), None)
+            if o.index in updates:  # the update at the thread's flat position
+                s, shape = updates[o.index]
+                at = dict(zip(update_loops(s), delinearize(d0, shape)))
+                add_update(kb, ev, group, s, o, at)
 
     if launch.launched * lanes != n:
         with kb.if_(kb.cmp_lt(first, kb.index(n))):
@@ -103,8 +122,8 @@ def emit_loop(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     else:
         body()
     kb.vector_lanes = lanes
-    if column:
-        kb.meta.update(zeroed=sorted(column), atomics=n * len(column))
+    if column or updates:
+        kb.meta.update(zeroed=sorted([*column, *updates]), atomics=n * (len(column) + len(updates)))
     return kb
 
 

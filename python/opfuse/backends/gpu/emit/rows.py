@@ -31,7 +31,10 @@ from mlir.dialects import arith, gpu, memref
 from ..build.evaluate import Evaluator, Val, generic_domain, iterators_of, maps_of, n_inputs
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, Shared, delinearize, numel, vector_width
+from ....analysis.scatter import reads_in_update_order, update_loops
+from ....analysis.scatter import recognize as recognize_scatter
 from .column_sums import accumulate, column_sum, is_column_sum
+from .scatter import scatter_rows
 
 #: Vectors per thread a row team aims for (registers hold them all).
 CHUNKS_PER_THREAD = 4
@@ -133,8 +136,13 @@ def _next_pow2(n: int) -> int:
 
 
 def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
+    # scatter-adds (an embedding's gradient, opfuse-fuse-column-sums) ride along too:
+    # each element added into the row its index picks (scatter.py)
+    scatters = {op.results[0]: s for op in group.ops() if op.name == "linalg.generic"
+                for s in [recognize_scatter(op)] if s is not None}
     all_reds = [
         op for op in group.ops() if op.name == "linalg.generic" and "reduction" in iterators_of(op)
+        and op.results[0] not in scatters
     ]
     # column sums (opfuse-fuse-column-sums) ride along: column_sums.py
     sum_ops = [op for op in all_reds if is_column_sum(op)]
@@ -157,8 +165,16 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     full = rows_shape + cols_shape
     n_rows, n_cols = numel(rows_shape), numel(cols_shape)
     sums = {op.results[0]: column_sum(op, n_rows, cols_shape) for op in sum_ops}
+    for v, s in scatters.items():
+        dom = generic_domain(s.op)
+        loops = update_loops(s)
+        n_t = len(iterators_of(s.op)) - iterators_of(s.op).count("parallel")
+        require(reads_in_update_order(s)
+                and numel(tuple(dom[d] for d in loops[:n_t])) == n_rows
+                and tuple(dom[d] for d in loops[n_t:]) == cols_shape,
+                f"a scatter-add whose updates are not the kernel's {n_rows} rows of {list(cols_shape)}")
     for o in group.outputs:
-        require(o.value in sums or o.shape in (full, rows_shape),
+        require(o.value in sums or o.value in scatters or o.shape in (full, rows_shape),
                 f"an output of shape {o.shape} in a row kernel")
     require(n_rows > 0 and n_cols > 0, "empty rows")
     elem = (
@@ -205,6 +221,9 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         if o.value in sums:
             accumulate(kb, ev, group, sums[o.value], o, r, row_chunks, row_ok)
             continue
+        if o.value in scatters:
+            scatter_rows(kb, ev, group, scatters[o.value], o, r, row_chunks, row_ok)
+            continue
         leaf = group.output_leaf(o, group.result_param(kb.params, o.index))
         if o.shape == full:
 
@@ -226,9 +245,10 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
             with kb.if_(kb.and_(is_first, row_ok)):
                 ev.store(leaf, row_idx, val)
     kb.vector_lanes = lanes
-    if sums:
-        kb.meta["zeroed"] = sorted(o.index for o in group.outputs if o.value in sums)
-        kb.meta["atomics"] = n_rows * n_cols * len(sums)
+    if sums or scatters:
+        kb.meta["zeroed"] = sorted(o.index for o in group.outputs
+                                   if o.value in sums or o.value in scatters)
+        kb.meta["atomics"] = n_rows * n_cols * (len(sums) + len(scatters))
     return kb
 
 

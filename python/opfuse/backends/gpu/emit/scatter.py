@@ -24,8 +24,8 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith
 
-from ....analysis.scatter import recognize
-from ..build.evaluate import Evaluator, Val, generic_domain, iterators_of, op_of
+from ....analysis.scatter import Scatter, recognize, update_loops
+from ..build.evaluate import Evaluator, Val, generic_domain, maps_of, op_of
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, delinearize, numel
 from .loop import launch_1d
@@ -34,40 +34,19 @@ from .loop import launch_1d
 def emit_scatter(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     require(len(group.outputs) == 1, "a scatter kernel with more than one output")
     (out,) = group.outputs
-    op = op_of(out.value)
-    s = recognize(op) if op is not None else None
-    require(s is not None, "the output is not a scatter-add")
-    require(str(out.element_type) == "f32", f"a {out.element_type} scatter-add (f32 atomics only)")
-    dom = tuple(generic_domain(op))
-    its = iterators_of(op)
-    order = [d for d, it in enumerate(its) if it == "reduction"]
-    order += [d for d, it in enumerate(its) if it == "parallel" and d != s.dim]
+    s = scatter_of(out)
+    dom = tuple(generic_domain(s.op))
+    order = update_loops(s)
     n = numel(tuple(dom[d] for d in order))
     require(n > 0, "no updates")
     launch = launch_1d(group, module, name, n)
     kb = launch.kb
     flat = kb.add_dim(kb.apply(launch.index))
     ev = Evaluator(kb, group.func, group.leaves(kb.params), lanes=1)
-    leaf = group.output_leaf(out, group.result_param(kb.params, out.index))
-    n_in = len(op.opview.inputs)
-    dummy = [Val(a, True) for a in list(op.regions[0].blocks[0].arguments)[n_in:]]
 
     def body() -> None:
         at = dict(zip(order, delinearize(flat, tuple(dom[d] for d in order))))
-        point = [at.get(d, ir.AffineConstantExpr.get(0, module.context)) for d in range(len(dom))]
-        index = ev.payload(op, point, dummy, upto=s.compare)[s.index_operand].ssa
-        with kb.emitting():
-            itype = index.type
-            lo = arith.cmpi(arith.CmpIPredicate.sge, index, kb.const(itype, 0))
-            hi = arith.cmpi(arith.CmpIPredicate.slt, index, kb.const(itype, s.rows))
-            ok = arith.andi(lo, hi)
-            row = arith.index_cast(ir.IndexType.get(module.context), index)
-        point[s.dim] = kb.add_dim(row)
-        with kb.if_(ok):
-            element = ev.payload(op, point, dummy, upto=s.combine)[s.element_operand]
-            kept = [e.maybe_downcast() for e in ir.AffineMapAttr(
-                ir.ArrayAttr(op.attributes["indexing_maps"])[n_in]).value.results]
-            ev.atomic_add(leaf, tuple(point[e.position] for e in kept), element)
+        add_update(kb, ev, group, s, out, at)
 
     if launch.launched != n:
         with kb.if_(kb.cmp_lt(kb.apply(flat), kb.index(n))):
@@ -79,4 +58,60 @@ def emit_scatter(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     return kb
 
 
-__all__ = ["emit_scatter"]
+def scatter_of(out) -> Scatter:
+    """The scatter-add a group output is the result of; Unsupported for anything else
+    (or for a result other than f32: the atomics add f32)."""
+    op = op_of(out.value)
+    s = recognize(op) if op is not None else None
+    require(s is not None, "the output is not a scatter-add")
+    require(str(out.element_type) == "f32", f"a {out.element_type} scatter-add (f32 atomics only)")
+    return s
+
+
+def add_update(kb: KernelBuilder, ev: Evaluator, group: Group, s: Scatter, out, at: dict,
+               pred=None) -> None:
+    """Add the update at loop point ``at`` (every loop but the rows one: an affine expr
+    each) into output ``out`` at the row its index picks, when ``0 <= id < rows`` (and
+    ``pred``): one atomic per lane. The index must be the same for every lane (it is read
+    at the reduction loops only, and a thread's lanes run along the innermost other loop)."""
+    op = s.op
+    n_in = len(op.opview.inputs)
+    dummy = [Val(a, True) for a in list(op.regions[0].blocks[0].arguments)[n_in:]]
+    zero = ir.AffineConstantExpr.get(0, kb.ctx)
+    point = [at.get(d, zero) for d in range(len(generic_domain(op)))]
+    index = ev.payload(op, point, dummy, upto=s.compare)[s.index_operand]
+    require(index.uniform, "a scatter index that differs between a thread's lanes")
+    index = index.ssa
+    with kb.emitting():
+        itype = index.type
+        lo = arith.cmpi(arith.CmpIPredicate.sge, index, kb.const(itype, 0))
+        hi = arith.cmpi(arith.CmpIPredicate.slt, index, kb.const(itype, s.rows))
+        ok = arith.andi(lo, hi)
+        row = arith.index_cast(ir.IndexType.get(op.context), index)
+    point[s.dim] = kb.add_dim(row)
+    leaf = group.output_leaf(out, group.result_param(kb.params, out.index))
+    kept = [e.maybe_downcast().position for e in maps_of(op)[n_in].results]
+    with kb.if_(kb.and_(ok, pred)):
+        element = ev.payload(op, point, dummy, upto=s.combine)[s.element_operand]
+        ev.atomic_add(leaf, tuple(point[d] for d in kept), element)
+
+
+def scatter_rows(kb: KernelBuilder, ev: Evaluator, group: Group, s: Scatter, out,
+                 row: ir.AffineExpr, chunks, row_ok) -> None:
+    """The row kernel's part (``rows.py``): add this thread's elements of its row (the
+    update at row ``row`` of the index tensor's positions) into output ``out``, masked like
+    the row's stores."""
+    dom = generic_domain(s.op)
+    loops = update_loops(s)
+    n_t = len(loops) - (len(maps_of(s.op)[-1].results) - 1)
+    at_row = dict(zip(loops[:n_t], delinearize(row, tuple(dom[d] for d in loops[:n_t]))))
+
+    def add(idx, ok, accs):
+        add_update(kb, ev, group, s, out, {**at_row, **dict(zip(loops[n_t:], idx))},
+                   kb.and_(ok, row_ok))
+        return []
+
+    chunks.fold([], add)
+
+
+__all__ = ["add_update", "emit_scatter", "scatter_of", "scatter_rows"]
