@@ -7,13 +7,16 @@
 // embedding_dense_backward write it: the rows loop d0 (100 rows) is read by no input, the
 // reduction loops d2, d3 run over the 4 x 16 token ids, and the payload adds the update
 // where the id is the row (and not the padding id 0). As written that is 100 x 32 x 64
-// additions; recognized, it is a "scatter" kernel of 64 x 32 threads, one per update.
-// REPORT: kernel fusion_1_scatter: kind=scatter members=1 flops=10.2 kFLOP
+// additions; recognized, it is a "scatter" kernel of 64 x 32 threads, one per update, and
+// the elementwise op computing the updates joins it (opfuse-fuse-column-sums).
+// REPORT: kernels: 2 -> 1
+// REPORT: kernel fusion_0_scatter: kind=scatter members=2 flops=12.3 kFLOP
+// REPORT: fused #1 [fuse-column-sums] mul -> scatter_add
 
 // One thread per (token, column), the column innermost: the id is loaded, checked against
 // the rows (an id outside them adds nothing), and the update (with the padding test) is
 // added atomically at row id; no loop over the rows.
-// CHECK-LABEL: func.func @fusion_1_scatter(
+// CHECK-LABEL: func.func @fusion_0_scatter(
 // CHECK-DAG: %[[ROWS:.*]] = arith.constant 100 : i64
 // CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c8, {{.*}}) threads({{.*}}) in ({{.*}} = %c256,
 // CHECK: %[[ID:.*]] = memref.load %{{.*}} : memref<64xi64>
@@ -23,10 +26,11 @@
 // CHECK: scf.if
 // CHECK: arith.cmpi ne, %[[ID]]
 // CHECK: memref.load %{{.*}} : memref<2048xf32>
+// CHECK-NEXT: arith.mulf
 // CHECK: memref.atomic_rmw addf %{{.*}} : (f32, memref<3200xf32>) -> f32
 // CHECK-NOT: scf.for
 // CHECK: gpu.terminator
-// PTX: // ----- kernel fusion_1_scatter (entry fusion_1_scatter_kernel, emitter scatter, grid [8, 1, 1], block [256, 1, 1])
+// PTX: // ----- kernel fusion_0_scatter (entry fusion_0_scatter_kernel, emitter scatter, grid [8, 1, 1], block [256, 1, 1])
 // PTX: atom.global.add.f32
 
 module {

@@ -85,7 +85,8 @@ def ranges(group: Group) -> list[Range]:
         contractions = []
         for c_op in cs:
             own = frozenset(op for op in members if op not in cs or op == c_op)
-            contractions.append(Contraction.of(replace(part, members=own)))
+            contractions.append(Contraction.of(replace(part, members=own),
+                                               siblings=[c for c in cs if c != c_op]))
             require(not contractions[-1].sums, "a column sum in a horizontal kernel")
         first = contractions[0]
         for c in contractions[1:]:

@@ -22,10 +22,12 @@ at one point of C, given the accumulators there).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from mlir import ir
 
 from ....errors import OpfuseError  # noqa: F401  (re-exported for the emitters' messages)
+from ....ir import walk_nested
 from ..build.evaluate import (
     Evaluator,
     Leaf,
@@ -81,6 +83,7 @@ class Contraction:
     c_type: ir.Type
     placements: dict[int, "Placement"]
     sums: dict[int, ColumnSum] = field(default_factory=dict)
+    sides: list = field(default_factory=list)
 
     @property
     def c_shape(self) -> list[int]:
@@ -91,13 +94,21 @@ class Contraction:
         return numel(self.batch_shape)
 
     @classmethod
-    def of(cls, group: Group) -> "Contraction":
+    def of(cls, group: Group, siblings: Sequence[ir.Operation] | None = None) -> "Contraction":
+        """The group's contraction and where its outputs sit on C. An output that reads
+        no contraction is a side output; ``siblings``: the contractions computed in the
+        same tile (a horizontal pair's, whose C has this one's shape and layout): an
+        output on a sibling's C sits at the same index (the horizontal ranges give
+        these, and write no side outputs)."""
         op = _contraction(group)
         loops = _loops(op)
         dom = loops.dom
         c_shape = shape_of(op.results[0].type)
-        placements, sums = {}, {}
+        placements, sums, sides = {}, {}, []
         for o in group.outputs:
+            if siblings is None and not _reads(o.value, op, set(group.ops())):
+                sides.append(o)  # written by every thread after the tiles: store_side_outputs
+                continue
             owner = op_of(o.value)
             if owner is not None and owner.name == "linalg.generic" and is_column_sum(owner):
                 require(not loops.batch and list(c_shape) == [dom[loops.m], dom[loops.n]],
@@ -105,6 +116,8 @@ class Contraction:
                 sums[o.index] = column_sum(owner, dom[loops.m], (dom[loops.n],))
                 continue
             place = Placement.of(o.value, op.results[0])
+            for other in siblings or ():
+                place = place or Placement.of(o.value, other.results[0])
             require(
                 place is not None,
                 f"an output of shape {o.shape} that is neither a permutation of the "
@@ -123,6 +136,7 @@ class Contraction:
             ir.ShapedType(op.operands[2].type).element_type,
             placements,
             sums,
+            sides,
         )
 
     def point(self, batch: list, m, n, k, ctx: ir.Context) -> list:
@@ -175,6 +189,8 @@ def store_outputs(
         if o.index in c.sums:
             _add_to_sum(kb, ev, group, c, c.sums[o.index], o, c_idx, pred)
             continue
+        if o.index not in c.placements:
+            continue  # a side output: store_side_outputs
         leaf = group.output_leaf(o, group.result_param(kb.params, o.index))
         place = c.placements[o.index]
         at = place.index(c_idx, c.c_shape, kb.ctx)  # the output's index of this point
@@ -188,6 +204,47 @@ def store_outputs(
         else:
             with kb.if_(pred):
                 ev.store(leaf, at, val)
+
+
+def store_side_outputs(kb: KernelBuilder, group: Group, sides: list) -> None:
+    """The outputs that read no contraction (a view of an operand that the group also
+    computes: the transposed Q and K a training forward saves for its backward), written
+    after the tiles: every thread of the launch takes a strided share of their elements,
+    evaluated from the kernel's inputs (they need nothing the tiles computed). Called by
+    the emitters at the launch's top level."""
+    if not sides:
+        return
+    ev = Evaluator(kb, group.func, group.leaves(kb.params), sequential=True)
+    (gx, gy, gz), (bx, by, bz) = kb.grid, kb.block
+    b = [kb.add_dim(v) for v in kb.block_id]
+    t = [kb.add_dim(v) for v in kb.thread_id]
+    threads = bx * by * bz
+    start = kb.apply((b[0] + gx * (b[1] + gy * b[2])) * threads + t[0] + bx * (t[1] + by * t[2]))
+    stride = kb.index(gx * gy * gz * threads)
+    for o in sides:
+        leaf = group.output_leaf(o, group.result_param(kb.params, o.index))
+
+        def body(iv, _, o=o, leaf=leaf):
+            idx = delinearize(kb.add_dim(iv), o.shape) if o.shape else []
+            ev.store(leaf, tuple(idx), ev.value(o.value, idx))
+            return []
+
+        kb.for_(start, kb.index(numel(o.shape)), stride, [], body)
+
+
+def _reads(v: ir.Value, target: ir.Operation, ops: set) -> bool:
+    """Whether ``v`` is computed (within ``ops``) from ``target``'s results."""
+    seen, stack = set(), [v]
+    while stack:
+        op = op_of(stack.pop())
+        if op is None or op in seen or op not in ops:
+            continue
+        if op == target:
+            return True
+        seen.add(op)
+        for inner in walk_nested(op):
+            stack.extend(inner.operands)
+    return False
 
 
 def _add_to_sum(kb: KernelBuilder, ev: Evaluator, group: Group, c: Contraction,

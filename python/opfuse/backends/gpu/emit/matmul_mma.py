@@ -47,7 +47,7 @@ from ..build.evaluate import Evaluator, Val, compose, maps_of
 from ..build.group import Group, NotChosen, require
 from ..build.kernel import KernelBuilder, Shared, delinearize, linearize
 from ..build.lanes import Kind, analyze
-from .matmul import Contraction, store_outputs
+from .matmul import Contraction, store_outputs, store_side_outputs
 from ..build.matmul_tiles import MMA_SYNC, Tiles, choose, configure
 
 WARP = 32
@@ -108,6 +108,7 @@ def emit_mma(group: Group, module: ir.Module, name: str, cls: type | None = None
     for o, smem in zip(ops, kb.shared):
         o.smem = smem
     cls(kb, group, c, kind, t, ops).build()
+    store_side_outputs(kb, group, c.sides)
     kb.vector_lanes = 2 if N % 2 == 0 else 1
     kb.meta = {
         **kb.meta,  # what the epilogue recorded (a column sum's zeroed result)

@@ -40,7 +40,7 @@ from ..build.evaluate import Evaluator, Val, compose, maps_of
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, Shared, delinearize, element_bytes, vector_width
 from ..build.lanes import Kind, analyze
-from .matmul import Contraction, store_outputs
+from .matmul import Contraction, store_outputs, store_side_outputs
 
 THREADS = (16, 16)
 #: Rows of C per thread (the block tile is 16x that): 4, or 8 through
@@ -77,6 +77,7 @@ def emit_simt(group: Group, module: ir.Module, name: str) -> KernelBuilder:
                        shape.shared([c]))
     tile = SimtTile(kb, group, c, shape, [kb.add_dim(v) for v in kb.block_id])
     tile.store([(c, tile.mainloop(c))])
+    store_side_outputs(kb, group, c.sides)
     kb.vector_lanes = shape.lanes
     kb.meta.update(tile=[shape.bm, shape.bn, shape.bk], problem=[c.n_batch, c.M, c.N, c.K],
                    operands=str(c.a_type))  # after what the epilogue recorded
