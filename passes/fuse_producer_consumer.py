@@ -13,7 +13,10 @@ consumes their result can read their input directly. Four steps, in this order:
    percent of the kernel's bytes).
 3. An injective op other than a concat is merged into the group that computes its input
    when it is that group's only reader (a reshape of a kernel's result is done in the
-   kernel; a concat would add its other inputs to, say, a matmul kernel's reads).
+   kernel; a concat would add its other inputs to, say, a matmul kernel's reads), and a
+   reshape that is a result of the function into the loop group that computes its input
+   even where others read that input too (one more output of the loop's size, not a copy
+   kernel).
 4. A loop group whose results are read only by injective ops of one loop group joins it
    (``neg`` into the ``cat`` of RoPE's ``rotate_half``, an ``exp`` into the slice of it
    that is used): the kernel computes each element where the injective op reads it, so
@@ -185,10 +188,23 @@ def _merge(planner: Planner) -> None:
         producers = planner.producer_groups(p)
         if len(producers) == 1 and producers[0].kind != "opaque":
             q = producers[0]
-            if planner.consumer_groups(q) == [p] and (q.gid, p.gid) not in considered:
+            if (q.gid, p.gid) in considered:
+                continue
+            if planner.consumer_groups(q) == [p] or _reshapes_a_loop_result(planner, q, p):
                 considered.add((q.gid, p.gid))
                 planner.try_merge(q, p, why="merge into producer")
     _merge_into_injective_readers(planner)
+
+
+def _reshapes_a_loop_result(planner: Planner, q: Group, p: Group) -> bool:
+    """``p`` only reshapes a result of loop group ``q`` (which others read too) into a result
+    of the function (a training forward saves the attention mask as ``mask[:, None]``):
+    the loop kernel writes it as one more output of its size, instead of a kernel copying it."""
+    graph = planner.graph
+    return (q.is_loop and bool(q.domain)
+            and all(graph.nodes[m].op.name in _UNIT_RESHAPES for m in p.members)
+            and all(math.prod(ir.ShapedType(v.type).shape) == math.prod(q.domain)
+                    for v in p.outputs))
 
 
 def _views_memory(planner: Planner, p: Group) -> bool:

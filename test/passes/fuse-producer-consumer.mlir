@@ -121,3 +121,31 @@ func.func @concat_after_matmul(%a: tensor<3x4xf32>, %b: tensor<4x8xf32>, %y: ten
   %c = tensor.concat dim(0) %m, %y : (tensor<3x8xf32>, tensor<2x8xf32>) -> tensor<5x8xf32> loc("cat")
   return %c : tensor<5x8xf32>
 }
+
+// -----
+
+// A reshape that is a result of the function (a training forward saves the attention
+// mask as mask[:, None]) joins the loop kernel computing its input, though another kernel
+// reads that input too: the loop writes it as one more output, not a copy kernel.
+// CHECK-LABEL: func.func @saved_reshape_of_a_loop_result
+// CHECK: ins(%arg0 : tensor<2x8x8xf32>) outs(%{{.*}}) attrs = {opfuse.group = 0 : i64}
+// CHECK: math.exp
+// CHECK: tensor.expand_shape
+// CHECK-SAME: opfuse.group = 0 : i64, opfuse.kind = "loop"
+// REMARK: remark: [opfuse-fuse-producer-consumer] fused: m -> saved: saving
+func.func @saved_reshape_of_a_loop_result(%x: tensor<2x8x8xf32>, %s: tensor<2x4x8x8xf32>) -> (tensor<2x1x8x8xf32>, tensor<2x4x8x8xf32>) {
+  %e = tensor.empty() : tensor<2x8x8xf32>
+  %m = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : tensor<2x8x8xf32>) outs(%e : tensor<2x8x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = math.exp %a : f32
+    linalg.yield %r : f32
+  } -> tensor<2x8x8xf32> loc("m")
+  %e4 = tensor.empty() : tensor<2x4x8x8xf32>
+  %y = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%m, %s : tensor<2x8x8xf32>, tensor<2x4x8x8xf32>) outs(%e4 : tensor<2x4x8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.mulf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<2x4x8x8xf32> loc("y")
+  %saved = tensor.expand_shape %m [[0, 1], [2], [3]] output_shape [2, 1, 8, 8] : tensor<2x8x8xf32> into tensor<2x1x8x8xf32> loc("saved")
+  return %saved, %y : tensor<2x1x8x8xf32>, tensor<2x4x8x8xf32>
+}
