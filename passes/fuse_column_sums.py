@@ -63,15 +63,29 @@ class Options(FusionOptions):
     Attributes:
         atomics: form the groups whose GPU kernels add into sums atomically (0: keep each
             column sum a kernel of its own, whose sum order is fixed: run-to-run identical
-            results on the GPU, as ``torch.use_deterministic_algorithms`` asks).
+            results on the GPU, as ``torch.use_deterministic_algorithms`` asks; and mark
+            every scatter-add ``opfuse.ordered``: its kernel adds each column's updates in
+            order, one thread per column, without atomics).
     """
 
     atomics: bool = True
 
 
+#: Marks a scatter-add whose GPU kernel must add in a fixed order (``emit/scatter.py``).
+ORDERED_ATTR = "opfuse.ordered"
+
+
 def run(module: ir.Module, options: Options = Options()) -> None:
     if options.atomics:
         plan_each_function(module, NAME, options, _plan)
+        return
+
+    def mark(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "linalg.generic" and recognize_scatter(op) is not None:
+            op.attributes[ORDERED_ATTR] = ir.UnitAttr.get(op.context)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(mark)
 
 
 def _plan(planner: Planner) -> None:

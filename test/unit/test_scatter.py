@@ -212,3 +212,26 @@ def test_a_scatter_takes_the_loop_kernel_of_its_updates():
         program = _run_everywhere(g, (DY, I), want, ["scatter"])
         (spec,) = program.kernels.values()
         assert spec.emitter == ("loop" if returned else "scatter"), program.notes
+
+
+def test_deterministic_scatter_adds_in_order_without_atomics():
+    """``atomics=0`` (set under ``torch.use_deterministic_algorithms``): the scatter stays a
+    kernel of its own, marked ``opfuse.ordered``, whose GPU kernel gives each column one
+    thread walking the tokens in order: no atomics, the CPU's sum bit for bit."""
+    g = Graph("embeddings_backward")
+    dy = g.input("dy", (3, 7, 40))
+    ids = g.input("ids", (3, 7), "i64")
+    g.output(g.scatter_add(g.mul(dy, 0.5), ids, 11, skip=0))
+    exe = opfuse.compile(g, backend="cpu", atomics=False)
+    assert [k["kind"] for k in exe.report["kernels"]] == ["loop", "scatter"]
+    program = compile_module(exe._source, lower=False)
+    spec = [k for k in program.kernels.values() if k.emitter == "scatter"][0]
+    assert spec.meta["ordered"] and spec.meta["atomics"] == 0 and spec.grid[0] == 1
+    assert "atom." not in exe.gpu_program(("sm_90",)).kernels[spec.name].ptx["sm_90"]
+    DY = RNG.standard_normal((3, 7, 40)).astype(np.float32)
+    I = RNG.integers(-1, 12, (3, 7))
+    I[2, :5] = 4
+    cpu = exe(DY, I)
+    np.testing.assert_array_equal(cpu, _loop(DY * np.float32(0.5), I, 11, 0))
+    for _ in range(2):  # run to run, and against the CPU: the same bits
+        np.testing.assert_array_equal(emulate.run_program(program, [DY, I])[0], cpu)

@@ -25,6 +25,9 @@ from mlir import ir
 from mlir.dialects import arith
 
 from ....analysis.scatter import Scatter, recognize, update_loops
+
+#: (passes/fuse_column_sums.py's ORDERED_ATTR: the backend does not import the passes)
+ORDERED_ATTR = "opfuse.ordered"
 from ..build.evaluate import Evaluator, Val, generic_domain, maps_of, op_of
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, delinearize, numel
@@ -35,6 +38,8 @@ def emit_scatter(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     require(len(group.outputs) == 1, "a scatter kernel with more than one output")
     (out,) = group.outputs
     s = scatter_of(out)
+    if ORDERED_ATTR in s.op.attributes:
+        return _emit_ordered(group, module, name, out, s)
     dom = tuple(generic_domain(s.op))
     order = update_loops(s)
     n = numel(tuple(dom[d] for d in order))
@@ -48,14 +53,52 @@ def emit_scatter(group: Group, module: ir.Module, name: str) -> KernelBuilder:
         at = dict(zip(order, delinearize(flat, tuple(dom[d] for d in order))))
         add_update(kb, ev, group, s, out, at)
 
+    _guarded(kb, launch, flat, n, body)
+    kb.vector_lanes = 1
+    kb.meta.update(zeroed=[out.index], atomics=n, rows=s.rows)
+    return kb
+
+
+def _emit_ordered(group: Group, module: ir.Module, name: str, out, s: Scatter) -> KernelBuilder:
+    """The deterministic variant (``opfuse.ordered``: ``torch.use_deterministic_algorithms``):
+    one thread per point of the width, walking the index tensor's positions in order and
+    adding each update into its row with a plain load and store (no other thread touches
+    that column): the CPU's order, run-to-run identical. Parallel over the width only."""
+    dom = tuple(generic_domain(s.op))
+    loops = update_loops(s)
+    n_t = len(loops) - (len(maps_of(s.op)[-1].results) - 1)
+    tokens = tuple(dom[d] for d in loops[:n_t])
+    width = tuple(dom[d] for d in loops[n_t:])
+    n = numel(width)
+    require(n > 0 and numel(tokens) > 0, "no updates")
+    launch = launch_1d(group, module, name, n)
+    kb = launch.kb
+    flat = kb.add_dim(kb.apply(launch.index))
+    ev = Evaluator(kb, group.func, group.leaves(kb.params), lanes=1, sequential=True)
+    at_w = dict(zip(loops[n_t:], delinearize(flat, width)))
+
+    def walk(iv, _):
+        t = kb.add_dim(iv)
+        add_update(kb, ev, group, s, out, {**at_w, **dict(zip(loops[:n_t], delinearize(t, tokens)))},
+                   atomic=False)
+        return []
+
+    def body() -> None:
+        kb.for_(kb.index(0), kb.index(numel(tokens)), kb.index(1), [], walk)
+
+    _guarded(kb, launch, flat, n, body)
+    kb.vector_lanes = 1
+    kb.meta.update(zeroed=[out.index], atomics=0, rows=s.rows, ordered=True)
+    return kb
+
+
+def _guarded(kb: KernelBuilder, launch, flat, n: int, body) -> None:
+    """``body()`` for the first ``n`` threads (the last block may have more)."""
     if launch.launched != n:
         with kb.if_(kb.cmp_lt(kb.apply(flat), kb.index(n))):
             body()
     else:
         body()
-    kb.vector_lanes = 1
-    kb.meta.update(zeroed=[out.index], atomics=n, rows=s.rows)
-    return kb
 
 
 def scatter_of(out) -> Scatter:
@@ -69,7 +112,7 @@ def scatter_of(out) -> Scatter:
 
 
 def add_update(kb: KernelBuilder, ev: Evaluator, group: Group, s: Scatter, out, at: dict,
-               pred=None) -> None:
+               pred=None, atomic: bool = True) -> None:
     """Add the update at loop point ``at`` (every loop but the rows one: an affine expr
     each) into output ``out`` at the row its index picks, when ``0 <= id < rows`` (and
     ``pred``): one atomic per lane. The index must be the same for every lane (it is read
@@ -93,7 +136,14 @@ def add_update(kb: KernelBuilder, ev: Evaluator, group: Group, s: Scatter, out, 
     kept = [e.maybe_downcast().position for e in maps_of(op)[n_in].results]
     with kb.if_(kb.and_(ok, pred)):
         element = ev.payload(op, point, dummy, upto=s.combine)[s.element_operand]
-        ev.atomic_add(leaf, tuple(point[d] for d in kept), element)
+        where = tuple(point[d] for d in kept)
+        if atomic:
+            ev.atomic_add(leaf, where, element)
+        else:  # the caller's thread owns this element (the ordered kernel's column)
+            current = ev.load(leaf, where)
+            with kb.emitting():
+                total = arith.addf(current.ssa, element.ssa)
+            ev.store(leaf, where, Val(total, True))
 
 
 def scatter_rows(kb: KernelBuilder, ev: Evaluator, group: Group, s: Scatter, out,
