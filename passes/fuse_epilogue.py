@@ -12,8 +12,10 @@ consumer joins when:
   grouped convolution's N x G x F/G x H x W to N x F x H x W first, and
   opfuse-fold-unit-dims drops a batch of 1 around a named convolution): its ops then
   iterate over as many points as the result has;
-* a matmul's epilogue may reshape the result on the way too when the reshape only splits
-  or merges the M dim, the N dim or the batch dims, each on its own (torch imports every
+* a matmul's epilogue may transpose the result on the way (the attention backward's
+  ``dK`` seen as ``[B, T, H, D]``, a tied embedding's gradient ``dWᵀ + scatter``: each
+  element is still one accumulator, stored at the permuted index), and reshape it when
+  the reshape only splits or merges the M dim, the N dim or the batch dims, each on its own (torch imports every
   ``nn.Linear`` on a ``[B, S, D]`` input as a matmul on ``[B*S, D]`` and an
   ``expand_shape`` back to ``[B, S, N]`` before the bias add): the reshaped result has the
   matmul's layout, so each element is still one accumulator of one thread, at an index
@@ -111,13 +113,16 @@ def _compatible(planner: Planner, p: Group, c: Group) -> str | None:
     for m in sorted(c.members):
         node = graph.nodes[m]
         if node.kind == OpKind.INJECTIVE:
-            if node.op.name not in _RESHAPES:
-                return f"{node.label} moves data ({node.op.name}); only reshapes are free"
+            transpose = not conv and node.op.name == "linalg.transpose"
+            if node.op.name not in _RESHAPES and not transpose:
+                return (f"{node.label} moves data ({node.op.name}); only reshapes and "
+                        "transposes of a matmul's result are free")
             src = node.op.operands[0]
             if src in derived:
                 roles = derived[src]
                 if isinstance(roles, tuple):
-                    roles = _reshaped_roles(node.op, node.label, roles)
+                    roles = (_transposed_roles(node.op, roles) if transpose
+                             else _reshaped_roles(node.op, node.label, roles))
                 inside = any(r in members for v in node.results for r in graph.readers(v))
                 if not conv and inside and roles is None:
                     return f"{node.label} is a reshape inside the epilogue, not at its end"
@@ -162,9 +167,11 @@ def _roles(planner: Planner, p: Group, v: ir.Value, depth: int = 0) -> tuple | s
         return None
     node = graph.nodes[producer]
     info = node.info
-    if node.kind == OpKind.INJECTIVE and node.op.name in _RESHAPES:
+    if node.kind == OpKind.INJECTIVE and node.op.name in (*_RESHAPES, "linalg.transpose"):
         roles = _roles(planner, p, node.op.operands[0], depth + 1)
         if isinstance(roles, tuple):
+            if node.op.name == "linalg.transpose":
+                return _transposed_roles(node.op, roles)
             return _reshaped_roles(node.op, node.label, roles)
         return roles
     if node.kind in (OpKind.ELEMENTWISE, OpKind.BROADCAST):
@@ -204,6 +211,13 @@ def _roles(planner: Planner, p: Group, v: ir.Value, depth: int = 0) -> tuple | s
             d = r.position
             out.append("batch" if d in in_a and d in in_b else "m" if d in in_a else "n")
     return tuple(out)
+
+
+def _transposed_roles(op: ir.Operation, roles: tuple) -> tuple:
+    """The roles of a ``linalg.transpose``'s result dims: result dim ``i`` is source dim
+    ``permutation[i]`` (each element is still one accumulator, stored at a permuted index)."""
+    perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+    return tuple(roles[p] for p in perm)
 
 
 def _reshaped_roles(op: ir.Operation, label: str, roles: tuple) -> tuple | str:

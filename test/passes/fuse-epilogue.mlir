@@ -193,3 +193,31 @@ func.func @flatten_m_and_n(%x: tensor<16x32xf32>, %w: tensor<32x8xf32>, %b: tens
   } -> tensor<128xf32> loc("add")
   return %y : tensor<128xf32>
 }
+
+// -----
+
+// A transpose of the matmul's result on the way to the epilogue (a tied embedding's
+// gradient, dWᵀ + the scatter's): each element is one accumulator, stored at the
+// permuted index, so the transpose and the add join the matmul.
+// CHECK-LABEL: func.func @tied_gradient
+// CHECK: linalg.matmul {{.*}}opfuse.group = [[G:[0-9]+]]
+// CHECK: linalg.transpose {{.*}}opfuse.group = [[G]]
+// CHECK: linalg.generic {{.*}}attrs = {opfuse.group = [[G]] : i64}
+// REMARK: remark: [opfuse-fuse-epilogue] fused: matmul -> transpose: saving
+// REMARK: remark: [opfuse-fuse-epilogue] fused: transpose -> add: saving
+  func.func @tied_gradient(%x: tensor<40x24xf32> loc("x"), %w: tensor<24x36xf32> loc("w"), %t: tensor<36x40xf32> loc("t")) -> (tensor<36x40xf32>) {
+    %0 = tensor.empty() : tensor<40x36xf32> loc("matmul")
+    %1 = arith.constant 0.0 : f32 loc("matmul")
+    %2 = linalg.fill ins(%1 : f32) outs(%0 : tensor<40x36xf32>) -> tensor<40x36xf32> loc("matmul")
+    %3 = linalg.matmul ins(%x, %w : tensor<40x24xf32>, tensor<24x36xf32>) outs(%2 : tensor<40x36xf32>) -> tensor<40x36xf32> loc("matmul")
+    %4 = tensor.empty() : tensor<36x40xf32> loc("transpose")
+    %5 = linalg.transpose ins(%3 : tensor<40x36xf32>) outs(%4 : tensor<36x40xf32>) permutation = [1, 0] loc("transpose")
+    %6 = tensor.empty() : tensor<36x40xf32> loc("add")
+    %7 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%5, %t : tensor<36x40xf32>, tensor<36x40xf32>) outs(%6 : tensor<36x40xf32>) {
+    ^bb0(%8: f32, %9: f32, %10: f32):
+      %11 = arith.addf %8, %9 : f32
+      linalg.yield %11 : f32
+    } -> tensor<36x40xf32> loc("add")
+    return %7 : tensor<36x40xf32>
+  } loc("tied_gradient")
+
