@@ -208,8 +208,10 @@ def test_rotated_k_returned_stays_apart():
     assert found["Q"]["fused"], found
     (refused,) = [d for key, d in found.items() if key not in ("Q", "K")]
     assert not refused["fused"]
-    # returned through the unit-dim fold's reshape (or copied out as a view of it)
-    assert re.search(r"^add_1 is also (returned|read by)", refused["reason"]), refused
+    # returned through the unit-dim fold's reshape (or copied out as a view of it; that
+    # reshape is written by the rotation's loop kernel: opfuse-fuse-producer-consumer)
+    assert re.search(r"^add_1(\.expand_shape)? is also (returned|read by)",
+                     refused["reason"]), refused
     assert "writes only its result" in refused["reason"]
     got = exe(*imported.arguments(*args))
     for g, w in zip(got, _eager(model, args)):
