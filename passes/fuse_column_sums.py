@@ -45,7 +45,8 @@ from mlir import ir
 from opfuse.analysis.column_sums import leading_reductions, why_not_atomic_sum
 from opfuse.analysis.groups import Group, Planner
 from opfuse.analysis.opinfo import OpKind
-from opfuse.analysis.scatter import Scatter, reads_in_update_order, update_loops
+from opfuse.analysis.scatter import (ORDERED_ATTR, Scatter, reads_in_update_order,
+                                    token_and_width_loops)
 from opfuse.analysis.scatter import recognize as recognize_scatter
 
 from .common import FusionOptions, plan_each_function, shape_str
@@ -69,10 +70,6 @@ class Options(FusionOptions):
     """
 
     atomics: bool = True
-
-
-#: Marks a scatter-add whose GPU kernel must add in a fixed order (``emit/scatter.py``).
-ORDERED_ATTR = "opfuse.ordered"
 
 
 def run(module: ir.Module, options: Options = Options()) -> None:
@@ -166,9 +163,8 @@ def _update_group(planner: Planner, g: Group, s: Scatter) -> Group | None:
         planner.refuse(host, g, "the scatter-add reads its updates in another order")
         return None
     dom = tuple(node.info.domain)
-    loops = update_loops(s)
-    n_t = len(loops) - (len(dom) - list(node.info.iterators).count("reduction") - 1)
-    tokens, width = tuple(dom[d] for d in loops[:n_t]), tuple(dom[d] for d in loops[n_t:])
+    t_loops, w_loops = token_and_width_loops(s)
+    tokens, width = tuple(dom[d] for d in t_loops), tuple(dom[d] for d in w_loops)
     if host.kind == "input":
         if host.row_domain is None:
             return None

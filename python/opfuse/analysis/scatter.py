@@ -31,6 +31,9 @@ from mlir import ir
 
 #: Ops every scatter's body has at its top level: a body without one of them is no scatter.
 BODY_OPS = frozenset({"arith.select", "arith.cmpi", "linalg.index", "arith.addf"})
+#: Marks a scatter-add whose GPU kernel adds in a fixed order, without atomics (set by
+#: opfuse-fuse-column-sums under ``atomics=0``, read by ``backends/gpu/emit/scatter.py``).
+ORDERED_ATTR = "opfuse.ordered"
 _EQ = 0  # arith::CmpIPredicate::eq
 
 
@@ -78,7 +81,7 @@ def recognize(op: ir.Operation) -> Scatter | None:
     if len(outs) != 1:
         return None
     attrs = op.attributes
-    its = [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(attrs["iterator_types"])]
+    its = _iterators(op)
     if "reduction" not in its or "parallel" not in its:
         return None
     maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(attrs["indexing_maps"])]
@@ -115,26 +118,32 @@ def recognize(op: ir.Operation) -> Scatter | None:
     return Scatter(op, dim, cmp_op, index_operand, comb, element_operand, rows)
 
 
+def token_and_width_loops(s: Scatter) -> tuple[list[int], list[int]]:
+    """The loops of an update's point, in the order the updates are laid out: the
+    reduction loops (the index tensor's positions), then the other parallel loops (the
+    width)."""
+    its = _iterators(s.op)
+    return ([d for d, it in enumerate(its) if it == "reduction"],
+            [d for d, it in enumerate(its) if it == "parallel" and d != s.dim])
+
+
 def update_loops(s: Scatter) -> list[int]:
-    """The loops of an update's point in the order the updates are laid out: the reduction
-    loops (the index tensor's), then the other parallel loops (the width)."""
-    its = [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(s.op.attributes["iterator_types"])]
-    return ([d for d, it in enumerate(its) if it == "reduction"]
-            + [d for d, it in enumerate(its) if it == "parallel" and d != s.dim])
+    """:func:`token_and_width_loops`, one after the other."""
+    tokens, width = token_and_width_loops(s)
+    return tokens + width
 
 
 def reads_in_update_order(s: Scatter) -> bool:
     """Every input is read at ``(t.., w..)`` in :func:`update_loops` order, or (the index)
     at ``(t..)``: the updates' flat position is the kernel's point, row-major, so a kernel
     that computes them can add each one where it computes it."""
-    order = update_loops(s)
-    n_t = len(order) - sum(1 for d in order if d in _dims(_out_map(s)))
+    tokens, width = token_and_width_loops(s)
     maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(s.op.attributes["indexing_maps"])]
-    return all(_dims(m) in (order, order[:n_t]) for m in maps[:-1])
+    return all(_dims(m) in (tokens + width, tokens) for m in maps[:-1])
 
 
-def _out_map(s: Scatter) -> ir.AffineMap:
-    return ir.AffineMapAttr(list(ir.ArrayAttr(s.op.attributes["indexing_maps"]))[-1]).value
+def _iterators(op: ir.Operation) -> list[str]:
+    return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
 
 
 def _uses(v: ir.Value, block: ir.Block) -> int:
@@ -208,4 +217,5 @@ def _independent_of(v: ir.Value, dim: int, acc: ir.Value, block: ir.Block) -> bo
     return True
 
 
-__all__ = ["BODY_OPS", "Scatter", "reads_in_update_order", "recognize", "update_loops"]
+__all__ = ["BODY_OPS", "ORDERED_ATTR", "Scatter", "reads_in_update_order", "recognize",
+           "token_and_width_loops", "update_loops"]

@@ -16,7 +16,7 @@ from mlir.passmanager import PassManager
 
 from .... import kinds
 from ....errors import EXIT_INTERNAL_ERROR, OpfuseError
-from ....ir import collect_diagnostics
+from ....ir import collect_diagnostics, walk_nested
 from .evaluate import Leaf, op_of
 from .kernel import Param, Unsupported, element_type_text, numel, shape_of
 from ...options import CodegenOptions
@@ -125,6 +125,21 @@ def is_view_only(group: Group) -> bool:
     """Every result is a function argument seen through reshapes: no kernel needed."""
     args = set(group.func.regions[0].blocks[0].arguments)
     return all(o.value in args for o in group.outputs)
+
+
+def computed_from(v: ir.Value, top: set) -> list[ir.Operation]:
+    """The ops of ``top`` (the function's) that ``v`` is computed from, with the values
+    their regions capture (a generic fill's constant)."""
+    seen: dict[ir.Operation, None] = {}
+    stack = [v]
+    while stack:
+        op = op_of(stack.pop())
+        if op is None or op in seen or op not in top:
+            continue
+        seen[op] = None
+        for inner in walk_nested(op):
+            stack.extend(inner.operands)
+    return list(seen)
 
 
 def require(cond: bool, why: str) -> None:

@@ -24,9 +24,8 @@ from dataclasses import dataclass, field, replace
 
 from mlir import ir
 
-from ....ir import walk_nested
 from ..build.evaluate import iterators_of, op_of
-from ..build.group import Group, NotChosen, Output, require
+from ..build.group import Group, NotChosen, Output, computed_from, require
 from ..build.kernel import KernelBuilder
 from .matmul import Contraction
 
@@ -63,7 +62,7 @@ def ranges(group: Group) -> list[Range]:
             M, N, K or batch, or not exactly one A is shared by all.
     """
     top = set(group.ops())
-    slices = {o.index: _slice(o.value, top) for o in group.outputs}
+    slices = {o.index: computed_from(o.value, top) for o in group.outputs}
     contractions_of = {
         i: [op for op in ops if op.name == "linalg.generic" and "reduction" in iterators_of(op)]
         for i, ops in slices.items()
@@ -104,21 +103,6 @@ def ranges(group: Group) -> list[Range]:
 
 def _maps(c: Contraction) -> list:
     return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(c.op.attributes["indexing_maps"])]
-
-
-def _slice(v: ir.Value, top: set) -> list[ir.Operation]:
-    """The ops of ``top`` (the function's) that ``v`` is computed from, with the values
-    their regions capture (a generic fill's constant)."""
-    seen: dict[ir.Operation, None] = {}
-    stack = [v]
-    while stack:
-        op = op_of(stack.pop())
-        if op is None or op in seen or op not in top:
-            continue
-        seen[op] = None
-        for inner in walk_nested(op):
-            stack.extend(inner.operands)
-    return list(seen)
 
 
 def _dispatch(kb: KernelBuilder, tiles: list[int], build) -> None:

@@ -27,7 +27,6 @@ from typing import Sequence
 from mlir import ir
 
 from ....errors import OpfuseError  # noqa: F401  (re-exported for the emitters' messages)
-from ....ir import walk_nested
 from ..build.evaluate import (
     Evaluator,
     Leaf,
@@ -40,7 +39,7 @@ from ..build.evaluate import (
 )
 from ..build.evaluate import op_of
 from ..build.evaluate_movement import _depends, pull
-from ..build.group import Group, require
+from ..build.group import Group, computed_from, require
 from ..build.kernel import KernelBuilder, delinearize, numel, shape_of
 from .column_sums import ColumnSum, add_at, column_sum, is_column_sum
 
@@ -106,7 +105,7 @@ class Contraction:
         c_shape = shape_of(op.results[0].type)
         placements, sums, sides = {}, {}, []
         for o in group.outputs:
-            if siblings is None and not _reads(o.value, op, set(group.ops())):
+            if siblings is None and op not in computed_from(o.value, set(group.ops())):
                 sides.append(o)  # written by every thread after the tiles: store_side_outputs
                 continue
             owner = op_of(o.value)
@@ -230,21 +229,6 @@ def store_side_outputs(kb: KernelBuilder, group: Group, sides: list) -> None:
             return []
 
         kb.for_(start, kb.index(numel(o.shape)), stride, [], body)
-
-
-def _reads(v: ir.Value, target: ir.Operation, ops: set) -> bool:
-    """Whether ``v`` is computed (within ``ops``) from ``target``'s results."""
-    seen, stack = set(), [v]
-    while stack:
-        op = op_of(stack.pop())
-        if op is None or op in seen or op not in ops:
-            continue
-        if op == target:
-            return True
-        seen.add(op)
-        for inner in walk_nested(op):
-            stack.extend(inner.operands)
-    return False
 
 
 def _add_to_sum(kb: KernelBuilder, ev: Evaluator, group: Group, c: Contraction,

@@ -31,7 +31,7 @@ from mlir.dialects import arith, gpu, memref
 from ..build.evaluate import Evaluator, Val, generic_domain, iterators_of, maps_of, n_inputs
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, Shared, delinearize, numel, vector_width
-from ....analysis.scatter import reads_in_update_order, update_loops
+from ....analysis.scatter import reads_in_update_order, token_and_width_loops
 from ....analysis.scatter import recognize as recognize_scatter
 from .column_sums import accumulate, column_sum, is_column_sum
 from .scatter import scatter_rows
@@ -167,11 +167,10 @@ def emit_rows(group: Group, module: ir.Module, name: str) -> KernelBuilder:
     sums = {op.results[0]: column_sum(op, n_rows, cols_shape) for op in sum_ops}
     for v, s in scatters.items():
         dom = generic_domain(s.op)
-        loops = update_loops(s)
-        n_t = len(iterators_of(s.op)) - iterators_of(s.op).count("parallel")
+        t_loops, w_loops = token_and_width_loops(s)
         require(reads_in_update_order(s)
-                and numel(tuple(dom[d] for d in loops[:n_t])) == n_rows
-                and tuple(dom[d] for d in loops[n_t:]) == cols_shape,
+                and numel(tuple(dom[d] for d in t_loops)) == n_rows
+                and tuple(dom[d] for d in w_loops) == cols_shape,
                 f"a scatter-add whose updates are not the kernel's {n_rows} rows of {list(cols_shape)}")
     for o in group.outputs:
         require(o.value in sums or o.value in scatters or o.shape in (full, rows_shape),

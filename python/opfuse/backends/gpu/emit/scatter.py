@@ -24,10 +24,8 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith
 
-from ....analysis.scatter import Scatter, recognize, update_loops
-
-#: (passes/fuse_column_sums.py's ORDERED_ATTR: the backend does not import the passes)
-ORDERED_ATTR = "opfuse.ordered"
+from ....analysis.scatter import (ORDERED_ATTR, Scatter, recognize, token_and_width_loops,
+                                  update_loops)
 from ..build.evaluate import Evaluator, Val, generic_domain, maps_of, op_of
 from ..build.group import Group, require
 from ..build.kernel import KernelBuilder, delinearize, numel
@@ -65,22 +63,20 @@ def _emit_ordered(group: Group, module: ir.Module, name: str, out, s: Scatter) -
     adding each update into its row with a plain load and store (no other thread touches
     that column): the CPU's order, run-to-run identical. Parallel over the width only."""
     dom = tuple(generic_domain(s.op))
-    loops = update_loops(s)
-    n_t = len(loops) - (len(maps_of(s.op)[-1].results) - 1)
-    tokens = tuple(dom[d] for d in loops[:n_t])
-    width = tuple(dom[d] for d in loops[n_t:])
+    t_loops, w_loops = token_and_width_loops(s)
+    tokens = tuple(dom[d] for d in t_loops)
+    width = tuple(dom[d] for d in w_loops)
     n = numel(width)
     require(n > 0 and numel(tokens) > 0, "no updates")
     launch = launch_1d(group, module, name, n)
     kb = launch.kb
     flat = kb.add_dim(kb.apply(launch.index))
     ev = Evaluator(kb, group.func, group.leaves(kb.params), lanes=1, sequential=True)
-    at_w = dict(zip(loops[n_t:], delinearize(flat, width)))
+    at_w = dict(zip(w_loops, delinearize(flat, width)))
 
     def walk(iv, _):
-        t = kb.add_dim(iv)
-        add_update(kb, ev, group, s, out, {**at_w, **dict(zip(loops[:n_t], delinearize(t, tokens)))},
-                   atomic=False)
+        at_t = dict(zip(t_loops, delinearize(kb.add_dim(iv), tokens)))
+        add_update(kb, ev, group, s, out, {**at_w, **at_t}, atomic=False)
         return []
 
     def body() -> None:
@@ -152,12 +148,11 @@ def scatter_rows(kb: KernelBuilder, ev: Evaluator, group: Group, s: Scatter, out
     update at row ``row`` of the index tensor's positions) into output ``out``, masked like
     the row's stores."""
     dom = generic_domain(s.op)
-    loops = update_loops(s)
-    n_t = len(loops) - (len(maps_of(s.op)[-1].results) - 1)
-    at_row = dict(zip(loops[:n_t], delinearize(row, tuple(dom[d] for d in loops[:n_t]))))
+    t_loops, w_loops = token_and_width_loops(s)
+    at_row = dict(zip(t_loops, delinearize(row, tuple(dom[d] for d in t_loops))))
 
     def add(idx, ok, accs):
-        add_update(kb, ev, group, s, out, {**at_row, **dict(zip(loops[n_t:], idx))},
+        add_update(kb, ev, group, s, out, {**at_row, **dict(zip(w_loops, idx))},
                    kb.and_(ok, row_ok))
         return []
 
