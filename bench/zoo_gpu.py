@@ -86,11 +86,16 @@ def check_partitions(name: str, run: Any, against_cpu: bool = False) -> bool:
         kernels = list(program.kernels.values())
         emitters = Counter(k.emitter for k in kernels)
         regs = spills = 0
+        heavy = []  # the kernels that spill, by name: what to look at
         if have_ptxas:
             for k in kernels:
-                for res in k.resources.values():
+                for chip, res in k.resources.items():
                     regs = max(regs, res["registers"])
-                    spills += res["spill_stores"] + res["spill_loads"]
+                    spilled = res["spill_stores"] + res["spill_loads"]
+                    spills += spilled
+                    if spilled:
+                        heavy.append(f"{k.name} ({k.emitter}, {chip}): {res['registers']} "
+                                     f"registers, {spilled} spill bytes")
         arrays = emulate.run_program(program, [tp.to_numpy(t) for t in tensors])
         got = part.program.as_results(arrays, tensors)  # viewed as the graph's results
         if against_cpu:
@@ -112,7 +117,8 @@ def check_partitions(name: str, run: Any, against_cpu: bool = False) -> bool:
         print(f"{name} {part.name}: {len(kernels)} kernels {dict(sorted(emitters.items()))}"
               f"{' registers<=' + str(regs) + ' spills=' + str(spills) if have_ptxas else ' (no ptxas)'}"
               f" max_error={err:.2g} {'ok' if good else 'FAILED'}"
-              + "".join(f"\n    note: {n}" for n in program.notes), flush=True)
+              + "".join(f"\n    note: {n}" for n in program.notes)
+              + "".join(f"\n    spills: {h}" for h in heavy), flush=True)
     return ok
 
 

@@ -14,7 +14,7 @@ from types import ModuleType
 # Order here is only the registry's; the default pipeline's order lives in opfuse.pipeline.
 _MODULES = (
     "fold_unit_dims", "fuse_elementwise", "fuse_producer_consumer", "fuse_reduction",
-    "fuse_columns", "fuse_column_sums", "fuse_scan", "fuse_epilogue", "fuse_horizontal", "fuse_attention", "fuse_recompute", "outline",
+    "fuse_columns", "fuse_column_sums", "fuse_scan", "fuse_epilogue", "fuse_horizontal", "fuse_attention", "fuse_grouped", "fuse_recompute", "outline",
 )
 
 

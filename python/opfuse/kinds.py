@@ -75,7 +75,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          emitters=("scatter", "loop", "fallback")),
     Kind("columns", "column reduction + consumers", "#ccfbf1", "#0f766e", root="reduction",
          forced=True, registers="row", emitters=("columns", "fallback")),
-    Kind("horizontal", "sibling matmuls over one LHS", "#fef3c7", "#b45309",
+    # siblings over one LHS (opfuse-fuse-horizontal) or independent matmuls that read one
+    # tensor in different roles (opfuse-fuse-grouped): blocks split between the problems
+    Kind("horizontal", "sibling matmuls in one launch", "#fef3c7", "#b45309",
          root="contraction", forced=True, registers="matmul",
          emitters=("horizontal_wgmma", "horizontal_mma", "horizontal", "fallback")),
     Kind("opaque", "not fusible", "#e5e7eb", "#4b5563", derived_from="opaque"),

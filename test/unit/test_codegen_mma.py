@@ -39,13 +39,16 @@ TOL = {"f16": 1e-2, "bf16": 3e-2, "f32": 5e-3}
 def run_emulated(program, device_args):
     """(emulator, outputs) of ``program`` on ``device_args``: every kernel emulated (race
     check on, bank-conflict counters), result buffers filled with NaN (bf16: 0xFFFF)
-    first so that an element no kernel wrote shows."""
+    first so that an element no kernel wrote shows, except those the runtime zeroes
+    (``KernelSpec.zeroed``: a column sum added atomically)."""
     emu = emulate.Emulator(parse_module(program.outlined_ir, make_context()), bank_stats=True)
 
     def call(func, fargs, results):
+        spec = program.kernels[func]
         for r in results:
             r.fill(0xFFFF if r.dtype == np.uint16 else np.nan)  # unwritten elements show
-        spec = program.kernels[func]
+        for i in spec.zeroed:  # the runtime's part
+            results[i].fill(0)
         emu.run_entry(spec.entry, spec.grid, spec.block, bind_params(spec, fargs, results))
 
     return emu, run_numpy(program.schedule, plan_buffers(program.schedule), device_args, call)

@@ -102,6 +102,7 @@ def fake_registry(monkeypatch):
         "opfuse-fuse-epilogue": _module("opfuse-fuse-epilogue", GuardOpts, _tagger("opfuse-fuse-epilogue")),
         "opfuse-fuse-horizontal": _module("opfuse-fuse-horizontal", GuardOpts, _tagger("opfuse-fuse-horizontal")),
         "opfuse-fuse-attention": _module("opfuse-fuse-attention", GuardOpts, _tagger("opfuse-fuse-attention")),
+        "opfuse-fuse-grouped": _module("opfuse-fuse-grouped", GuardOpts, _tagger("opfuse-fuse-grouped")),
         "opfuse-fuse-recompute": _module("opfuse-fuse-recompute", GuardOpts, _tagger("opfuse-fuse-recompute")),
         "opfuse-outline": _module("opfuse-outline", OutlineOpts, _tagger("opfuse-outline")),
         "test-crash": _module("test-crash", OutlineOpts, _crash),
@@ -455,7 +456,8 @@ def test_fuse_opt_default_pipeline_with_disable(tmp_path, capsys):
                                          "opfuse-fuse-scan",
                                          "opfuse-fuse-epilogue", "opfuse-fuse-column-sums",
                                          "opfuse-fuse-horizontal",
-                                         "opfuse-fuse-recompute", "opfuse-fuse-attention"]
+                                         "opfuse-fuse-recompute", "opfuse-fuse-attention",
+                                         "opfuse-fuse-grouped"]
     assert _fuse_opt(tmp_path, "--disable-pass=opfuse-outline", "--opfuse-outline") == 1
     assert "--disable-pass applies to the default pipeline only" in capsys.readouterr().err
 

@@ -134,7 +134,8 @@ def matmul_kernel(
     smem: int | None,
 ) -> dict:
     """The estimate of one matmul kernel from its KernelSpec facts (``meta``: the tile,
-    the problem ``[batch, M, N, K]``, for a horizontal kernel its N ``ranges``, the
+    the problem ``[batch, M, N, K]``, for a horizontal kernel its N ``ranges`` (a grouped one:
+    each range's ``problems`` ``[M, N, K]``), the
     ``products`` each range's blocks run and whether they share their A tiles
     (``shared_a``), the MMA kind or none, the operand type) and the
     fusion report's FLOPs and bytes, next to the roofline of its problem: the dense tensor
@@ -147,6 +148,16 @@ def matmul_kernel(
     if meta.get("tile") and meta.get("problem"):
         bm, bn, bk = meta["tile"]
         batch, M, N, K = meta["problem"]
+        elem = 4 if operands == "f32" else 2
+        if meta.get("problems"):  # a grouped kernel: each range its own M, N and K
+            def up(x: int, b: int) -> int:
+                return -(-x // b) * b
+            executed = sum(2.0 * batch * up(m, bm) * up(n, bn) * up(k, bk)
+                           for m, n, k in meta["problems"])
+            l2 = float(sum(elem * batch * (m * k * -(-n // bn) + k * n * -(-m // bm))
+                           for m, n, k in meta["problems"]))
+            return _estimated(dev, grid, block, meta, flops, bytes_, registers, smem,
+                              executed=executed, l2=l2)
         # a horizontal kernel: N ranges side by side (tiles padded per range), each block
         # of a range running that range's products (SwiGLU: gate and up)
         ranges = meta.get("ranges") or [N]
@@ -154,7 +165,6 @@ def matmul_kernel(
         col_blocks = [-(-n // bn) for n in ranges]
         columns = sum(p * c * bn for p, c in zip(products, col_blocks))
         executed = 2.0 * batch * (-(-M // bm) * bm) * columns * (-(-K // bk) * bk)
-        elem = 4 if operands == "f32" else 2
         b_cols = sum(p * n for p, n in zip(products, ranges))
         # a block reads its A tiles once per product (opfuse's horizontal kernels run the
         # products' main loops one after the other, restaging A), or once when its products

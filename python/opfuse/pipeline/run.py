@@ -88,6 +88,9 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     # softmax row kernel, P·V with its epilogue) once each is final, into one kernel that
     # keeps S and P on chip.
     "opfuse-fuse-attention",
+    # Independent matmuls reading one tensor (a backward's dX = dY·W and dW = dYᵀ·X) share
+    # a launch: after attention, which must find its Q·Kᵀ and P·V matmuls on their own.
+    "opfuse-fuse-grouped",
     # Outlining last: it turns the final groups into functions and cannot be undone.
     "opfuse-outline",
 )

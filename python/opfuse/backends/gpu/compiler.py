@@ -360,11 +360,38 @@ def _ptxas(ptxas: bool | None) -> str | None:
     return exe
 
 
+#: ``.maxnreg`` of a kernel ptxas spilled at its own occupancy aim: all a thread may have.
+SPILL_LIMIT = 255
+
+
+def _without_spills(spec: KernelSpec, ptx: str, chip: str, exe: str, res: dict):
+    """(ptx, cubin, resources, what was limited) of ``spec`` assembled again with
+    ``.maxnreg`` where ptxas spilled it at an occupancy of its own choosing (no limit in
+    the PTX: ``ptxas.with_register_limit``) and the limit removes spills; else None.
+    Kernels that do not spill keep ptxas's choice: a limit on all of them raises G1's
+    f32 matmuls from 40-53 registers to 72 and costs them occupancy."""
+    r = res.get(spec.entry)
+    if r is None or not (r["spill_stores"] or r["spill_loads"]):
+        return None
+    limited = ptxas_mod.with_register_limit(ptx, spec.entry, SPILL_LIMIT)
+    if limited is None:
+        return None
+    cubin, parsed = ptxas_mod.assemble(limited, chip, ptxas=exe, name=spec.name,
+                                       options=PTXAS_OPTIONS)
+    again = {k: v.to_json() for k, v in parsed.items()}
+    a = again.get(spec.entry)
+    if a is None or a["spill_stores"] + a["spill_loads"] >= r["spill_stores"] + r["spill_loads"]:
+        return None
+    limit = {"limit": SPILL_LIMIT, "unlimited_registers": r["registers"],
+             "unlimited_spill_bytes": r["spill_stores"] + r["spill_loads"]}
+    return limited, cubin, again, limit
+
+
 def _assemble_cached(specs: dict[str, KernelSpec], chip: str, exe: str, cache: KernelCache) -> None:
     version = ptxas_mod.version(exe)
     for spec in specs.values():
         ptx = spec.ptx[chip]
-        key = make_key("ptxas", ptx, chip, version, PTXAS_OPTIONS)
+        key = make_key("ptxas", ptx, chip, version, PTXAS_OPTIONS, SPILL_LIMIT)
         hit = cache.get(key)
         if (
             hit is not None
@@ -377,7 +404,15 @@ def _assemble_cached(specs: dict[str, KernelSpec], chip: str, exe: str, cache: K
                 ptx, chip, ptxas=exe, name=spec.name, options=PTXAS_OPTIONS
             )
             res = {k: v.to_json() for k, v in parsed.items()}
-            cache.put(key, {"cubin": cubin, "resources": res})
+            limit = None
+            limited = _without_spills(spec, ptx, chip, exe, res)
+            if limited is not None:
+                ptx, cubin, res, limit = limited
+            hit = {"cubin": cubin, "resources": res, "ptx": ptx, "register_limit": limit}
+            cache.put(key, hit)
+        if hit.get("register_limit"):  # the PTX ptxas was given again, with its limit
+            spec.ptx[chip] = hit["ptx"]
+            spec.meta.setdefault("register_limit", {})[chip] = hit["register_limit"]
         spec.cubin[chip] = cubin
         if spec.entry in res:
             spec.resources[chip] = res[spec.entry]

@@ -8,6 +8,11 @@ one's, and so on. Each range reads its own weight pointer (no weight is copied o
 concatenated) and applies its own epilogue, writing its own outputs. The branch on the
 block index is uniform per block, so barriers and tensor-core warps are unaffected.
 
+``opfuse-fuse-grouped`` groups independent matmuls that share an operand in any role (a
+backward's dX = dY·W and dW = dYᵀ·X): their M and K differ, so each range's blocks are
+all its (M, N) tiles laid along x (:class:`Blocks`, ``flat``), row-major over the range's
+N tiles, and each range runs its own K loop.
+
 Siblings that one epilogue reads together (SwiGLU's ``silu(x @ W1) * (x @ W3)``) form one
 range: its tile runs both K loops, keeping the first's accumulators in registers while
 the second runs, and applies the product from both.
@@ -27,6 +32,7 @@ from mlir import ir
 from ..build.evaluate import iterators_of, op_of
 from ..build.group import Group, NotChosen, Output, computed_from, require
 from ..build.kernel import KernelBuilder
+from .column_sums import is_column_sum
 from .matmul import Contraction
 
 
@@ -64,7 +70,8 @@ def ranges(group: Group) -> list[Range]:
     top = set(group.ops())
     slices = {o.index: computed_from(o.value, top) for o in group.outputs}
     contractions_of = {
-        i: [op for op in ops if op.name == "linalg.generic" and "reduction" in iterators_of(op)]
+        i: [op for op in ops if op.name == "linalg.generic" and "reduction" in iterators_of(op)
+            and not is_column_sum(op)]
         for i, ops in slices.items()
     }
     # outputs that read a common contraction go to one range (union of their siblings)
@@ -86,7 +93,7 @@ def ranges(group: Group) -> list[Range]:
             own = frozenset(op for op in members if op not in cs or op == c_op)
             contractions.append(Contraction.of(replace(part, members=own),
                                                siblings=[c for c in cs if c != c_op]))
-            require(not contractions[-1].sums, "a column sum in a horizontal kernel")
+            require(len(cs) == 1 or not contractions[-1].sums, "a column sum in a paired range")
         first = contractions[0]
         for c in contractions[1:]:
             require((c.M, c.N, c.K, c.batch_shape) == (first.M, first.N, first.K, first.batch_shape),
@@ -96,9 +103,47 @@ def ranges(group: Group) -> list[Range]:
                     "siblings read by one epilogue with different result layouts")
         out.append(Range(contractions, part))
     cs = [c for r in out for c in r.contractions]
-    require(len({(c.M, c.K, tuple(c.batch_shape)) for c in cs}) == 1,
-            "siblings with different M, K or batch")
+    require(len({tuple(c.batch_shape) for c in cs}) == 1, "siblings with different batch loops")
     return out
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """How the grid's x blocks are split between the ranges, for tiles of ``bm x bn``.
+
+    Where every range has one M (the siblings of one LHS), range ``i`` has ``n_tiles[i]``
+    blocks along x and the M tiles are the grid's y. Otherwise (``flat``: a grouped
+    kernel) range ``i`` has ``n_tiles[i] * m_tiles[i]`` blocks along x and y is 1."""
+
+    n_tiles: tuple[int, ...]
+    m_tiles: tuple[int, ...]
+    flat: bool
+
+    @classmethod
+    def of(cls, rs: list[list[Contraction]], bm: int, bn: int) -> "Blocks":
+        ms = [r[0].M for r in rs]
+        return cls(tuple(-(-r[0].N // bn) for r in rs), tuple(-(-m // bm) for m in ms),
+                   len(set(ms)) > 1)
+
+    @property
+    def tiles(self) -> list[int]:
+        """Blocks along x per range."""
+        if self.flat:
+            return [n * m for n, m in zip(self.n_tiles, self.m_tiles)]
+        return list(self.n_tiles)
+
+    def grid(self, n_batch: int) -> tuple[int, int, int]:
+        grid = (sum(self.tiles), 1 if self.flat else self.m_tiles[0], n_batch)
+        require(grid[1] <= 65535 and grid[2] <= 65535, "too many tiles")
+        return grid
+
+    def block(self, kb: KernelBuilder, i: int, bx) -> list:
+        """Range ``i``'s tile index (x, y, z) as affine dims, ``bx`` its x within the range."""
+        bz = kb.add_dim(kb.block_id[2])
+        if self.flat:
+            n = self.n_tiles[i]
+            return [ir.AffineExpr.get_mod(bx, n), ir.AffineExpr.get_floor_div(bx, n), bz]
+        return [bx, kb.add_dim(kb.block_id[1]), bz]
 
 
 def _maps(c: Contraction) -> list:
@@ -130,24 +175,23 @@ def emit_horizontal_simt(group: Group, module: ir.Module, name: str) -> KernelBu
     cs = [c for r in rs for c in r.contractions]
     shape = TileShape.of(cs)
     first = rs[0].contractions[0]
-    tiles = [-(-r.N // shape.bn) for r in rs]
-    grid = (sum(tiles), -(-first.M // shape.bm), first.n_batch)
-    require(grid[2] <= 65535 and grid[1] <= 65535, "too many tiles")
-    kb = KernelBuilder(module, name, group.params, grid, (THREADS[0], THREADS[1], 1),
-                       shape.shared(cs))
-    by, bz = kb.add_dim(kb.block_id[1]), kb.add_dim(kb.block_id[2])
+    blocks = Blocks.of([r.contractions for r in rs], shape.bm, shape.bn)
+    kb = KernelBuilder(module, name, group.params, blocks.grid(first.n_batch),
+                       (THREADS[0], THREADS[1], 1), shape.shared(cs))
 
     def build(i: int, bx) -> None:
         r = rs[i]
-        tile = SimtTile(kb, r.part, r.contractions[0], shape, [bx, by, bz])
+        tile = SimtTile(kb, r.part, r.contractions[0], shape, blocks.block(kb, i, bx))
         tile.store([(c, tile.mainloop(c)) for c in r.contractions])
 
-    _dispatch(kb, tiles, build)
+    _dispatch(kb, blocks.tiles, build)
     kb.vector_lanes = shape.lanes
-    kb.meta = {"tile": [shape.bm, shape.bn, shape.bk],
-               "problem": [first.n_batch, first.M, sum(r.N for r in rs), first.K],
-               "ranges": [r.N for r in rs], "products": [len(r.contractions) for r in rs],
-               "operands": str(first.a_type)}
+    kb.meta.update({"tile": [shape.bm, shape.bn, shape.bk],  # beside a column sum's zeroed
+                    "problem": [first.n_batch, first.M, sum(r.N for r in rs), first.K],
+                    "ranges": [r.N for r in rs], "products": [len(r.contractions) for r in rs],
+                    "operands": str(first.a_type)})
+    if blocks.flat:
+        kb.meta["problems"] = [[c.M, c.N, c.K] for c in cs]
     return kb
 
 
@@ -173,5 +217,5 @@ def emit_horizontal_wgmma(group: Group, module: ir.Module, name: str) -> KernelB
                                     [r.part for r in rs], _dispatch)
 
 
-__all__ = ["Part", "Range", "emit_horizontal_mma", "emit_horizontal_simt", "emit_horizontal_wgmma",
+__all__ = ["Blocks", "Part", "Range", "emit_horizontal_mma", "emit_horizontal_simt", "emit_horizontal_wgmma",
            "ranges"]

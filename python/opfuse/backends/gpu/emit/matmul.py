@@ -241,8 +241,11 @@ def _add_to_sum(kb: KernelBuilder, ev: Evaluator, group: Group, c: Contraction,
         at = compose(maps_of(cs.op)[j], list(point), len(kb.dims), kb.ctx)
         _alias_accumulators(kb, ev, group, cs.op.operands[j], at, c_idx)
     add_at(kb, ev, group, cs, out, point, cs.at(point), pred)
-    kb.meta["zeroed"] = sorted(c.sums)
-    kb.meta["atomics"] = c.M * c.N * len(c.sums)
+    # per output: a grouped kernel's ranges each add their own sums
+    adds = kb.meta.setdefault("sum_adds", {})
+    adds.update({str(o): c.M * c.N for o in c.sums})
+    kb.meta["zeroed"] = sorted(int(o) for o in adds)
+    kb.meta["atomics"] = sum(adds.values())
 
 
 def _alias_accumulators(kb: KernelBuilder, ev: Evaluator, group: Group, v: ir.Value,

@@ -145,39 +145,41 @@ def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Co
     for c in cs:
         require(str(c.c_type) == "f32", f"a {c.c_type} accumulator (tensor cores sum in f32)")
         require(c.payload_is_mul_add(), "a contraction payload that is not acc + a * b")
+    from .horizontal import Blocks
+
     M, K = first.M, first.K
     b_ks = [[_runs_along_k(part, c, 1) for c in r] for r, part in zip(ranges, parts)]
-    a_k = _runs_along_k(parts[0], first, 0)
+    a_ks = [[_runs_along_k(part, c, 0) for c in r] for r, part in zip(ranges, parts)]
+    a_k = a_ks[0][0]
     n_total = sum(r[0].N for r in ranges)
-    t = choose(M, n_total, K, first.n_batch, kind, opts.target, a_k, all(b for r in b_ks for b in r),
-               cls.RULES)
+    t = choose(M, n_total, K, first.n_batch, kind, opts.target, all(a for r in a_ks for a in r),
+               all(b for r in b_ks for b in r), cls.RULES)
     if any(len(r) > 1 for r in ranges):
         # a pair keeps two sets of accumulators: at most 64 x 64 per block
         made = configure(*cls.PAIR_TILE, K, kind, a_k, b_ks[0][0],
                          estimate.device(opts.target).smem_per_block, cls.RULES)
         require(made is not None, "no tile for paired siblings fits in shared memory")
         t = made[0] if t.bm * t.bn > cls.PAIR_TILE[0] * cls.PAIR_TILE[1] else t
-    tiles = [-(-r[0].N // t.bn) for r in ranges]
-    grid = (sum(tiles), -(-M // t.bm), first.n_batch)
-    require(grid[1] <= 65535 and grid[2] <= 65535, "too many tiles")
+    blocks = Blocks.of(ranges, t.bm, t.bn)
+    grid = blocks.grid(first.n_batch)
 
-    def operands(c: Contraction, b_k: bool) -> list[_Operand]:
+    def operands(c: Contraction, a_k: bool, b_k: bool) -> list[_Operand]:
         return [cls.operand(j, extent, size, k_major, t, kind)
                 for j, (extent, size, k_major) in enumerate(((t.bm, c.M, a_k), (t.bn, c.N, b_k)))]
 
-    layouts = [operands(c, b) for r, bs in zip(ranges, b_ks) for c, b in zip(r, bs)]
+    layouts = [operands(c, a, b) for r, as_, bs in zip(ranges, a_ks, b_ks)
+               for c, a, b in zip(r, as_, bs)]
     shared = [Shared(t.stages * max(o[j].stage for o in layouts), kind.element) for j in (0, 1)]
     kb = KernelBuilder(module, name, group.params, grid, (t.threads, 1, 1), shared)
-    by, bz = kb.add_dim(kb.block_id[1]), kb.add_dim(kb.block_id[2])
     staging = []
 
     def build(i: int, bx) -> None:
         kernels = []
-        for c, b_k in zip(ranges[i], b_ks[i]):
-            ops = operands(c, b_k)
+        for c, a_k, b_k in zip(ranges[i], a_ks[i], b_ks[i]):
+            ops = operands(c, a_k, b_k)
             for o, smem in zip(ops, kb.shared):
                 o.smem = smem
-            kernels.append(cls(kb, parts[i], c, kind, t, ops, block=[bx, by, bz]))
+            kernels.append(cls(kb, parts[i], c, kind, t, ops, block=blocks.block(kb, i, bx)))
         finals = []
         for n, k in enumerate(kernels):
             if n:  # every warp is done with the slabs before the next sibling restages them
@@ -187,7 +189,7 @@ def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Co
             staging.append(["cp.async" if d else "loads" for d in (k.ops[0].direct, k.ops[1].direct)])
         kernels[0].epilogue(finals[0], list(zip(kernels[1:], finals[1:])))
 
-    dispatch(kb, tiles, build)
+    dispatch(kb, blocks.tiles, build)
     kb.vector_lanes = 2 if all(c.N % 2 == 0 for c in cs) else 1
     kb.meta = {
         **kb.meta,  # what the epilogue recorded (a column sum's zeroed result)
@@ -202,6 +204,8 @@ def emit_ranges(group: Group, module: ir.Module, name: str, ranges: list[list[Co
         "operands": str(first.a_type),
         "staging": staging[0],
     }
+    if blocks.flat:
+        kb.meta["problems"] = [[c.M, c.N, c.K] for c in cs]
     return kb
 
 
