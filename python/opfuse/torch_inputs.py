@@ -69,6 +69,12 @@ class Inputs:
                 raise OpfuseError(f"an output of kind {spec.kind.name} ({what!r}) unsupported")
         self.n_user = n_user
         self.out_spec = exported.call_spec.out_spec
+        # a tuple whose children are all leaves: unflattened as tuple(results), which is
+        # what pytree gives for it, without its per-leaf walk
+        spec = self.out_spec
+        self._flat_tuple = (spec is not None and spec.type is tuple
+                            and spec.num_children == spec.num_leaves
+                            and all(c.is_leaf() for c in spec.children()))
 
     def user_leaves(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
         """The user inputs of a call ``(*args, **kwargs)`` in the exported order; a call
@@ -108,6 +114,8 @@ class Inputs:
         """The model's output structure around ``results`` (the user's outputs)."""
         if self.out_spec is None:
             return results[0] if len(results) == 1 else tuple(results)
+        if self._flat_tuple:  # AOTAutograd's graphs return a tuple of tensors
+            return tuple(results)
         return pytree.tree_unflatten(results, self.out_spec)
 
 
