@@ -85,8 +85,8 @@ def _plan(planner: Planner, twin) -> None:
         groups = [planner.group(i) for i in chosen]
         registers = max(g.registers() for g in groups)
         registers += cost.REGS_PER_POINTER * sum(len(g.reads) for g in groups[1:])
-        shared = sum(b for g in groups[1:] for v, b in g.reads.items()
-                     if any(v in h.reads for h in groups[:groups.index(g)]))
+        shared = sum(b for n, g in enumerate(groups) for v, b in g.reads.items()
+                     if any(v in h.reads for h in groups[:n]))
         label = _label(same.values[base])
         planner.try_merge_set(
             groups, why="grouped", producer=graph.nodes[first],
