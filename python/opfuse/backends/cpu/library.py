@@ -85,7 +85,8 @@ def build(module: ir.Module, kernels: Sequence[str], out: Path) -> None:
     copy = clone_module(module)
     add_wrappers(copy, kernels)
     # one thread: the library must load with libm alone (no async runtime beside it)
-    llvm = lower_to_llvm(copy, threads=1)
+    # portable: no host CPU or vector width on the functions (llc's generic x86-64)
+    llvm = lower_to_llvm(copy, threads=1, host_target=False)
     work = tempdirs.new_folder("cpulib")
     src = work / "program.mlir"
     src.write_text(str(llvm))

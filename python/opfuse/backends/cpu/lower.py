@@ -39,6 +39,7 @@ from . import math as cpu_math
 from . import matmul as cpu_matmul
 from . import reductions as cpu_reductions
 from . import scatter as cpu_scatter
+from . import target as cpu_target
 from . import threads as cpu_threads
 from . import tiling as cpu_tiling
 from .kernels import (  # noqa: F401  (re-exported: the tests and tools use them here)
@@ -179,7 +180,7 @@ KERNELS_ATTR = "opfuse.cpu_kernels"
 
 
 def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True,
-                  threads: int | None = None) -> ir.Module:
+                  threads: int | None = None, host_target: bool = True) -> ir.Module:
     """Lower a linalg-on-tensors module to the LLVM dialect, ready for the ExecutionEngine.
 
     Args:
@@ -190,6 +191,9 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True,
         threads: threads the tile loops run on (:func:`opfuse.backends.cpu.threads.
             resolve_threads`: None reads ``OPFUSE_CPU_THREADS``, default every usable
             core); recorded as the module attribute :data:`THREADS_ATTR`.
+        host_target: give every function the host's target attributes
+            (:func:`opfuse.backends.cpu.target.mark_functions`: CPU, tuning, vector width);
+            False for code built for another machine (a bundle's portable library).
 
     Returns:
         A new module in the LLVM dialect. Every function that returned tensors now takes
@@ -215,6 +219,8 @@ def lower_to_llvm(module: ir.Module, *, fuse_kernels: bool = True,
     prefix_symbols(copy)
     run_stages(copy, lowering_stages(threads))
     _check_lowered(copy)
+    if host_target:
+        cpu_target.mark_functions(copy)
     i64 = ir.IntegerType.get_signless(64, copy.context)
     copy.operation.attributes[THREADS_ATTR] = ir.IntegerAttr.get(i64, threads)
     copy.operation.attributes[THREADED_KERNELS_ATTR] = ir.IntegerAttr.get(i64, kernels - serial)

@@ -38,7 +38,7 @@ from mlir import ir
 from mlir.dialects import func as func_d
 from mlir.dialects import memref
 
-from .target import host_cpu
+from .target import HostCpu, host_cpu
 
 _PREFIX = "__opfuse_mm_"
 _STRIDED = "memref<?x?x{t}, strided<[?, ?], offset: ?>>"
@@ -68,11 +68,14 @@ class Blocking:
         return self.nv * self.lanes
 
 
-@lru_cache(maxsize=1)
 def blocking() -> Blocking:
-    """The host's blocking: accumulators, panel vectors and one broadcast fit in the
-    vector registers (32 with AVX-512, 16 otherwise)."""
-    host = host_cpu()
+    """The blocking of the CPU compiled for (:func:`host_cpu`): accumulators, panel
+    vectors and one broadcast fit in the vector registers (32 with AVX-512, 16 otherwise)."""
+    return _blocking(host_cpu())
+
+
+@lru_cache(maxsize=4)
+def _blocking(host: HostCpu) -> Blocking:
     lanes = host.lanes(32)
     if host.vector_bits >= 512:
         return Blocking(lanes=lanes, mr=6, nv=4, kc=256, mc=132)  # 24 + 4 + 1 of 32 zmm
